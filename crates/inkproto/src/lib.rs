@@ -1,0 +1,19 @@
+//! The memcached protocol, shared by everything in inkcache: the kernel cache's control plane and
+//! tests, the bench, the server and scatter-gather.
+//!
+//! - [`udp`]: the 8-byte UDP frame header and reassembly of multi-datagram replies.
+//! - [`client`]: requests as a client writes them and responses as a client reads them.
+//!
+//! `doc/protocol.txt` of memcached is the contract; names follow it.
+
+pub mod client;
+pub mod udp;
+
+/// Longest key memcached accepts (`KEY_MAX_LENGTH`).
+pub const KEY_MAX_LEN: usize = 250;
+
+/// True if `key` is a key memcached's text protocol accepts: 1..=250 bytes, no control
+/// characters or spaces.
+pub fn valid_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= KEY_MAX_LEN && key.iter().all(|&b| b > b' ' && b != 0x7f)
+}
