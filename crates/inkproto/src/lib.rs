@@ -3,10 +3,14 @@
 //!
 //! - [`udp`]: the 8-byte UDP frame header and reassembly of multi-datagram replies.
 //! - [`client`]: requests as a client writes them and responses as a client reads them.
+//! - [`request`]: the server side: an incremental zero-copy request parser (text and meta).
+//! - [`response`]: the server side: composing responses.
 //!
 //! `doc/protocol.txt` of memcached is the contract; names follow it.
 
 pub mod client;
+pub mod request;
+pub mod response;
 pub mod udp;
 
 /// Longest key memcached accepts (`KEY_MAX_LENGTH`).
