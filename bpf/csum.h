@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Internet checksum helpers. Sums are kept in "memory order": 16-bit words loaded as they lie in
+ * the packet, which is what bpf_csum_diff() returns too, so partial sums combine by addition. */
+#ifndef INKCACHE_CSUM_H
+#define INKCACHE_CSUM_H
+
+static __always_inline __u32 csum_add(__u32 a, __u32 b)
+{
+	__u32 r = a + b;
+	return r + (r < a);
+}
+
+static __always_inline __u16 csum_fold(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/* Sum of `n` 16-bit words at p (n a compile-time constant, p checked by the caller). */
+static __always_inline __u32 csum_words(const __u16 *p, int n)
+{
+	__u32 s = 0;
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		s += p[i];
+	return s;
+}
+
+#endif

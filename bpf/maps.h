@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Maps shared by every inkcache program. Each .bpf.c includes this header; user space creates the
+ * maps once (with the XDP skeleton) and hands the same fds to the other skeletons, so all programs
+ * of one attachment see one cache. Sizes here are defaults: the control plane sets max_entries
+ * from the command line before loading. */
+#ifndef INKCACHE_MAPS_H
+#define INKCACHE_MAPS_H
+
+#include "inkcache_common.h"
+
+/* Process-wide state: flush_all and server restarts move flush_ns forward; entries filled and
+ * requests seen before it are void. */
+struct ink_global {
+	__u64 flush_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ink_entry);
+	__uint(max_entries, 1024); /* --cache-mb decides; a power of two */
+} cache SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, ST_MAX);
+} stats SEC(".maps");
+
+/* UDP/TCP ports the server listens on (host order key). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u16);
+	__type(value, __u8);
+	__uint(max_entries, 64);
+} ports SEC(".maps");
+
+/* Sources the kernel may answer. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct ink_lpm_key);
+	__type(value, __u8);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} allow SEC(".maps");
+
+/* Get requests passed to the server; their replies may fill the cache. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct ink_req_key);
+	__type(value, struct ink_req_val);
+	__uint(max_entries, 65536);
+} pending SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ink_global);
+	__uint(max_entries, 1);
+} global SEC(".maps");
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline struct ink_global *global_state(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&global, &zero);
+}
+
+#endif

@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* memcached protocol parsing over a per-CPU scratch copy of the payload.
+ *
+ * The payload is copied into scratch.buf once (bpf_xdp_load_bytes / bpf_skb_load_bytes) and parsed
+ * there with masked indices. Loops live in small global (non-inlined) functions that the verifier
+ * checks once each with unknown arguments, and parser state lives in map memory, so verification
+ * cost stays linear in the bytes scanned instead of exploding with the paths. */
+#ifndef INKCACHE_PROTO_H
+#define INKCACHE_PROTO_H
+
+#include "inkcache_common.h"
+
+#define BUF_MASK     (SCRATCH_LEN - 1)
+#define OUT_LEN      (SCRATCH_LEN + 64)
+#define MAX_CMDS     8    /* commands parsed per segment; more means "cannot be sure" */
+
+struct scratch {
+	__u8 buf[SCRATCH_LEN + 64];  /* payload as received (masked indices + 16-byte chunks) */
+	__u8 out[OUT_LEN];           /* reply under construction: frame header + items + END */
+	__u8 hdr[128];               /* headers being moved when the frame grows at the head */
+	__u16 koff[MAX_GET_KEYS + 1];
+	__u16 klen[MAX_GET_KEYS + 1];
+	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct scratch);
+	__uint(max_entries, 1);
+} scratch SEC(".maps");
+
+/* Byte i of the scratch payload. The barrier keeps the compiler from proving the mask redundant
+ * and dropping it (then the verifier, which cannot follow that proof, rejects the access). */
+#define BUF(s, i) ({ __u32 __i = (i); barrier_var(__i); (s)->buf[__i & BUF_MASK]; })
+
+static __always_inline struct scratch *get_scratch(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&scratch, &zero);
+}
+
+/* Word-at-a-time byte search (8 bytes per iteration keeps loops short for the verifier and fast).
+ * In each mask, the lowest marked byte is exact; bytes above a true match may be marked falsely,
+ * which never matters because only the lowest mark is used. */
+#define ONES  0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static __always_inline __u64 zero_bytes(__u64 x)
+{
+	return (x - ONES) & ~x & HIGHS;
+}
+
+static __always_inline __u64 word_at(struct scratch *s, __u32 pos)
+{
+	__u64 w;
+	pos &= BUF_MASK;
+	barrier_var(pos);
+	__builtin_memcpy(&w, &s->buf[pos], 8);
+	return w;
+}
+
+/* Index of the lowest marked byte of a non-zero mask (marks are bit 7 of each byte). clang 14
+ * cannot lower __builtin_ctzll for BPF: isolate the mark, then a multiply moves the index into
+ * the top byte. */
+static __always_inline __u32 first_mark(__u64 m)
+{
+	__u64 b = (m & -m) >> 7;
+	return (__u32)((b * 0x0001020304050607ULL) >> 56);
+}
+
+/* Keeps the marks of bytes [0, n) of a word (n <= 8). */
+static __always_inline __u64 keep_bytes(__u64 m, __u32 n)
+{
+	return n >= 8 ? m : m & ((1ULL << (n * 8)) - 1);
+}
+
+/* Offset of the first space, '\r' or '\n' in buf[start, end), or end. Records in s->dirty whether
+ * any byte before it is outside printable ASCII. Returns -1 if the scratch map is missing. */
+__noinline int scan_token(__u32 start, __u32 end)
+{
+	struct scratch *s = get_scratch();
+	__u32 dirty = 0;
+
+	if (!s)
+		return -1;
+	if (end > SCRATCH_LEN)
+		end = SCRATCH_LEN;
+	for (__u32 i = 0; i < SCRATCH_LEN / 8; i++) {
+		__u32 pos = start + i * 8;
+		__u64 x, dm, bm;
+		if (pos >= end)
+			break;
+		x = word_at(s, pos);
+		dm = zero_bytes(x ^ (ONES * ' ')) | zero_bytes(x ^ (ONES * '\r')) |
+		     zero_bytes(x ^ (ONES * '\n'));
+		bm = ((x - ONES * 0x21) & ~x & HIGHS) | (x & HIGHS) | zero_bytes(x ^ (ONES * 0x7f));
+		dm = keep_bytes(dm, end - pos);
+		bm = keep_bytes(bm, end - pos);
+		if (dm) {
+			__u32 d = first_mark(dm);
+			if (bm && first_mark(bm) < d)
+				dirty = 1;
+			s->dirty = dirty;
+			return pos + d;
+		}
+		if (bm)
+			dirty = 1;
+	}
+	s->dirty = dirty;
+	return end;
+}
+
+/* Offset of the first '\n' in buf[start, end), or -1 if none. */
+__noinline int scan_eol(__u32 start, __u32 end)
+{
+	struct scratch *s = get_scratch();
+
+	if (!s)
+		return -1;
+	if (end > SCRATCH_LEN)
+		end = SCRATCH_LEN;
+	for (__u32 i = 0; i < SCRATCH_LEN / 8; i++) {
+		__u32 pos = start + i * 8;
+		__u64 m;
+		if (pos >= end)
+			break;
+		m = keep_bytes(zero_bytes(word_at(s, pos) ^ (ONES * '\n')), end - pos);
+		if (m)
+			return pos + first_mark(m);
+	}
+	return -1;
+}
+
+/* The unsigned decimal number in buf[start, end): -1 if empty, not all digits, or >= 2^31. */
+__noinline int parse_uint(__u32 start, __u32 end)
+{
+	struct scratch *s = get_scratch();
+	__s64 v = 0;
+
+	if (!s || end <= start || end - start > 10)
+		return -1;
+	for (__u32 i = 0; i < 10; i++) {
+		__u32 pos = start + i;
+		__u8 c;
+		if (pos >= end)
+			break;
+		c = BUF(s, pos);
+		if (c < '0' || c > '9')
+			return -1;
+		v = v * 10 + (c - '0');
+	}
+	if (v > 0x7fffffff)
+		return -1;
+	return (int)v;
+}
+
+/* 64-bit FNV-1a of the key at buf[off, off+len). The control plane has the same function. */
+__noinline __u64 key_hash(__u32 off, __u32 len)
+{
+	struct scratch *s = get_scratch();
+	__u64 h = 0xcbf29ce484222325ULL;
+
+	if (!s)
+		return 0;
+	for (__u32 i = 0; i < KEY_MAX; i++) {
+		if (i >= len)
+			break;
+		h ^= BUF(s, off + i);
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+static __always_inline int buf_eq(struct scratch *s, __u32 off, const char *lit, __u32 n)
+{
+#pragma unroll
+	for (__u32 i = 0; i < 12; i++) {
+		if (i >= n)
+			break;
+		if (BUF(s, off + i) != (__u8)lit[i])
+			return 0;
+	}
+	return 1;
+}
+
+/* What a command token is, for coherence. */
+enum mc_cmd {
+	CMD_UNKNOWN = 0,
+	CMD_GET,       /* get, gets (read-only, keys follow) */
+	CMD_STORE,     /* set add replace append prepend cas: key, then flags exptime bytes [cas] */
+	CMD_KEYED,     /* delete incr decr touch: one key */
+	CMD_GAT,       /* gat gats: exptime, then keys */
+	CMD_META_SET,  /* ms <key> <datalen> <flags>* */
+	CMD_META_KEY,  /* mg md ma: one key (mg may mutate with flags: treated as a mutation) */
+	CMD_FLUSH,     /* flush_all */
+	CMD_HARMLESS,  /* stats version verbosity quit mn me misbehave: no data changes */
+};
+
+static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
+{
+	switch (n) {
+	case 2:
+		if (buf_eq(s, off, "ms", 2))
+			return CMD_META_SET;
+		if (buf_eq(s, off, "mg", 2) || buf_eq(s, off, "md", 2) || buf_eq(s, off, "ma", 2))
+			return CMD_META_KEY;
+		if (buf_eq(s, off, "mn", 2) || buf_eq(s, off, "me", 2))
+			return CMD_HARMLESS;
+		return CMD_UNKNOWN;
+	case 3:
+		if (buf_eq(s, off, "get", 3))
+			return CMD_GET;
+		if (buf_eq(s, off, "set", 3) || buf_eq(s, off, "add", 3) || buf_eq(s, off, "cas", 3))
+			return CMD_STORE;
+		if (buf_eq(s, off, "gat", 3))
+			return CMD_GAT;
+		return CMD_UNKNOWN;
+	case 4:
+		if (buf_eq(s, off, "gets", 4))
+			return CMD_GET;
+		if (buf_eq(s, off, "incr", 4) || buf_eq(s, off, "decr", 4))
+			return CMD_KEYED;
+		if (buf_eq(s, off, "gats", 4))
+			return CMD_GAT;
+		if (buf_eq(s, off, "quit", 4))
+			return CMD_HARMLESS;
+		return CMD_UNKNOWN;
+	case 5:
+		if (buf_eq(s, off, "touch", 5))
+			return CMD_KEYED;
+		if (buf_eq(s, off, "stats", 5))
+			return CMD_HARMLESS;
+		return CMD_UNKNOWN;
+	case 6:
+		if (buf_eq(s, off, "append", 6) || buf_eq(s, off, "delete", 6))
+			return buf_eq(s, off, "append", 6) ? CMD_STORE : CMD_KEYED;
+		return CMD_UNKNOWN;
+	case 7:
+		if (buf_eq(s, off, "replace", 7) || buf_eq(s, off, "prepend", 7))
+			return CMD_STORE;
+		if (buf_eq(s, off, "version", 7))
+			return CMD_HARMLESS;
+		return CMD_UNKNOWN;
+	case 9:
+		if (buf_eq(s, off, "flush_all", 9) || buf_eq(s, off, "verbosity", 9))
+			return buf_eq(s, off, "flush_all", 9) ? CMD_FLUSH : CMD_HARMLESS;
+		return CMD_UNKNOWN;
+	}
+	return CMD_UNKNOWN;
+}
+
+#endif
