@@ -262,8 +262,8 @@ pub struct ProtoError {
     pub noreply: bool,
     /// The connection must be closed (no answer is written).
     pub close: bool,
-    /// For a bad data chunk of a storage command: the key, so that the server can unlink it as
-    /// memcached does for a failed `set`. Offsets into the buffer.
+    /// For a too-large `set`: the key (offsets into the buffer), which memcached unlinks so that
+    /// the failed set leaves no stale value behind.
     pub key: Option<(usize, usize)>,
 }
 
@@ -489,8 +489,11 @@ pub fn parse_request_with<'a>(
                 let mut e = ProtoError::new(ErrorKind::TooLarge, used);
                 e.noreply = noreply;
                 e.swallow = vlen + 2;
-                let ko = offset_in(buf, key);
-                e.key = Some((ko, ko + key.len()));
+                if cmd == b"set" {
+                    // memcached unlinks the old item so that a failed set leaves no stale value.
+                    let ko = offset_in(buf, key);
+                    e.key = Some((ko, ko + key.len()));
+                }
                 return Err(e);
             }
             if buf.len() < used + vlen + 2 {
@@ -500,8 +503,6 @@ pub fn parse_request_with<'a>(
             if &buf[used + vlen..used + vlen + 2] != b"\r\n" {
                 let mut e = ProtoError::new(ErrorKind::BadDataChunk, used + vlen + 2);
                 e.noreply = noreply;
-                let ko = offset_in(buf, key);
-                e.key = Some((ko, ko + key.len()));
                 return Err(e);
             }
             let cmd = match cmd {
@@ -602,7 +603,7 @@ pub fn parse_request_with<'a>(
                 match parse_i32(tok(1)) {
                     Some(d) => d,
                     None => {
-                        let mut e = ProtoError::new(ErrorKind::BadFormat, used);
+                        let mut e = ProtoError::new(ErrorKind::InvalidExptime, used);
                         e.noreply = noreply;
                         return Err(e);
                     }
@@ -827,7 +828,7 @@ mod tests {
         assert_eq!(error(b"touch k x\r\n").kind, ErrorKind::InvalidExptime);
         assert_eq!(error(b"gat x k\r\n").kind, ErrorKind::InvalidExptime);
         assert_eq!(error(b"delete a 1\r\n").kind, ErrorKind::DeleteUsage);
-        assert_eq!(error(b"flush_all x\r\n").kind, ErrorKind::BadFormat);
+        assert_eq!(error(b"flush_all x\r\n").kind, ErrorKind::InvalidExptime);
         assert!(matches!(
             one(b"delete a 0 noreply\r\n").0,
             Request::Delete { noreply: true, .. }

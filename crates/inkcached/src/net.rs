@@ -1,0 +1,439 @@
+//! Sockets and the worker event loops.
+//!
+//! Every worker thread owns a mio `Poll`, its own TCP listener(s) and its own UDP socket(s), all
+//! bound with `SO_REUSEPORT` to the same address: the kernel spreads connections and datagrams
+//! across workers, and a connection stays on the worker that accepted it. Sockets are
+//! non-blocking and edge-triggered; a connection that has more work than its fair share per turn
+//! is put on a "pending" list and resumed after the other ready sockets were served, so a busy or
+//! slow client cannot stall the others.
+
+use crate::exec::{self, Next, Shared};
+use crate::stats::C;
+use anyhow::{Context, Result};
+use inkproto::request::{parse_request_with, Limits};
+use inkproto::udp::{FrameHeader, HEADER_LEN, MAX_PAYLOAD};
+use mio::net::{TcpListener, TcpStream, UdpSocket};
+use mio::{Events, Interest, Poll, Token, Waker};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+const WAKE: Token = Token(usize::MAX - 1);
+/// Tokens below this are listeners and UDP sockets; connections start here.
+const CONN_BASE: usize = 1 << 16;
+/// Stop executing requests of a connection while this much output waits to be sent.
+const WBUF_HIGH: usize = 4 << 20;
+/// Reads per connection per turn before yielding to others.
+const READS_PER_TURN: usize = 8;
+const READ_CHUNK: usize = 64 * 1024;
+/// Datagrams per UDP socket per turn.
+const DGRAMS_PER_TURN: usize = 64;
+
+/// Binds one socket per worker on `addr` with SO_REUSEPORT, after checking that no other process
+/// holds the port (a reuseport group would otherwise silently share it).
+pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> {
+    let what = if tcp { "TCP" } else { "UDP" };
+    let ctx = || format!("failed to listen on {what} {addr}");
+    let (ty, proto) = if tcp {
+        (Type::STREAM, Protocol::TCP)
+    } else {
+        (Type::DGRAM, Protocol::UDP)
+    };
+    let new = || -> Result<Socket> {
+        let s = Socket::new(Domain::for_address(addr), ty, Some(proto)).with_context(ctx)?;
+        if addr.is_ipv6() {
+            s.set_only_v6(true).with_context(ctx)?;
+        }
+        if tcp {
+            s.set_reuse_address(true).with_context(ctx)?;
+        }
+        Ok(s)
+    };
+    // Probe without SO_REUSEPORT: fails with EADDRINUSE if anyone else has the port.
+    {
+        let probe = new()?;
+        probe.bind(&addr.into()).with_context(ctx)?;
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let s = new()?;
+        s.set_reuse_port(true).with_context(ctx)?;
+        s.set_nonblocking(true).with_context(ctx)?;
+        s.bind(&addr.into()).with_context(ctx)?;
+        if tcp {
+            s.listen(1024).with_context(ctx)?;
+        } else {
+            let _ = s.set_recv_buffer_size(4 << 20);
+            let _ = s.set_send_buffer_size(4 << 20);
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// The sockets one worker serves.
+pub struct WorkerSockets {
+    pub tcp: Vec<Socket>,
+    pub udp: Vec<Socket>,
+}
+
+struct Conn {
+    sock: TcpStream,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    swallow: usize,
+    closing: bool,
+}
+
+#[derive(PartialEq, Eq)]
+enum Status {
+    /// Wait for the next readiness event.
+    Idle,
+    /// Has more work: resume after serving others.
+    More,
+    Close,
+}
+
+impl Conn {
+    fn new(sock: TcpStream) -> Self {
+        Conn {
+            sock,
+            rbuf: vec![0; 16 * 1024],
+            rstart: 0,
+            rend: 0,
+            wbuf: Vec::new(),
+            wpos: 0,
+            swallow: 0,
+            closing: false,
+        }
+    }
+
+    fn backlog(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    /// Executes every complete request in the read buffer.
+    fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) {
+        while self.rstart < self.rend && !self.closing && self.backlog() < WBUF_HIGH {
+            if self.swallow > 0 {
+                let n = self.swallow.min(self.rend - self.rstart);
+                self.rstart += n;
+                self.swallow -= n;
+                continue;
+            }
+            let buf = &self.rbuf[self.rstart..self.rend];
+            match parse_request_with(buf, limits) {
+                Ok(Some((req, used))) => {
+                    if exec::execute(sh, w, req, &mut self.wbuf) == Next::Close {
+                        self.closing = true;
+                    }
+                    self.rstart += used;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    if e.close {
+                        self.closing = true;
+                        break;
+                    }
+                    exec::parse_error(sh, w, buf, &e, &mut self.wbuf);
+                    self.rstart += e.consumed;
+                    self.swallow = e.swallow;
+                }
+            }
+        }
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+            if self.rbuf.len() > 1 << 20 {
+                self.rbuf = vec![0; 16 * 1024];
+            }
+        }
+    }
+
+    /// Writes pending output; Err on a dead connection.
+    fn flush(&mut self, sh: &Shared, w: usize) -> std::io::Result<()> {
+        while self.wpos < self.wbuf.len() {
+            match self.sock.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.wpos += n;
+                    sh.workers[w].add(C::bytes_written, n as u64);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        self.wpos = 0;
+        if self.wbuf.capacity() > 1 << 20 {
+            self.wbuf = Vec::new();
+        }
+        Ok(())
+    }
+
+    fn drive(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) -> Status {
+        let mut reads = 0;
+        loop {
+            self.process(sh, w, limits);
+            if self.flush(sh, w).is_err() {
+                return Status::Close;
+            }
+            if self.closing {
+                return if self.backlog() == 0 {
+                    Status::Close
+                } else {
+                    Status::Idle
+                };
+            }
+            if self.backlog() >= WBUF_HIGH {
+                // The peer is not reading: wait until the socket is writable again.
+                return Status::Idle;
+            }
+            if reads == READS_PER_TURN {
+                return Status::More;
+            }
+            reads += 1;
+            // Make room: compact, then grow if a request needs more than the buffer holds.
+            if self.rstart > 0 && (self.rend == self.rbuf.len() || self.rstart > self.rbuf.len() / 2)
+            {
+                self.rbuf.copy_within(self.rstart..self.rend, 0);
+                self.rend -= self.rstart;
+                self.rstart = 0;
+            }
+            if self.rbuf.len() - self.rend < READ_CHUNK / 4 {
+                let grow = (self.rbuf.len()).max(READ_CHUNK);
+                self.rbuf.resize(self.rbuf.len() + grow, 0);
+            }
+            match self.sock.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => return Status::Close,
+                Ok(n) => {
+                    self.rend += n;
+                    sh.workers[w].add(C::bytes_read, n as u64);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Status::Idle,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Status::Close,
+            }
+        }
+    }
+}
+
+/// Serves one UDP socket: up to [`DGRAMS_PER_TURN`] datagrams. Returns true if more may wait.
+fn serve_udp(
+    sock: &UdpSocket,
+    sh: &Arc<Shared>,
+    w: usize,
+    limits: &Limits,
+    rbuf: &mut [u8],
+    out: &mut Vec<u8>,
+    dgram: &mut Vec<u8>,
+) -> bool {
+    for _ in 0..DGRAMS_PER_TURN {
+        let (n, peer) = match sock.recv_from(rbuf) {
+            Ok(x) => x,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        };
+        sh.workers[w].add(C::bytes_read, n as u64);
+        let Some(hdr) = FrameHeader::decode(&rbuf[..n]) else {
+            continue;
+        };
+        out.clear();
+        if hdr.total != 1 || hdr.seq != 0 {
+            out.extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
+        } else {
+            let mut pos = HEADER_LEN;
+            while pos < n {
+                let buf = &rbuf[pos..n];
+                match parse_request_with(buf, limits) {
+                    Ok(Some((req, used))) => {
+                        let quit = exec::execute(sh, w, req, out) == Next::Close;
+                        pos += used;
+                        if quit {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        if e.close {
+                            break;
+                        }
+                        exec::parse_error(sh, w, buf, &e, out);
+                        pos += e.consumed + e.swallow;
+                    }
+                }
+            }
+        }
+        if out.is_empty() {
+            continue;
+        }
+        let total = out.len().div_ceil(MAX_PAYLOAD);
+        if total > u16::MAX as usize {
+            continue;
+        }
+        for (i, chunk) in out.chunks(MAX_PAYLOAD).enumerate() {
+            dgram.clear();
+            let h = FrameHeader {
+                request_id: hdr.request_id,
+                seq: i as u16,
+                total: total as u16,
+                reserved: 0,
+            };
+            dgram.extend_from_slice(&h.encode());
+            dgram.extend_from_slice(chunk);
+            // UDP is best effort: a full socket buffer drops the datagram, as memcached does.
+            if let Ok(m) = sock.send_to(dgram, peer) {
+                sh.workers[w].add(C::bytes_written, m as u64);
+            }
+        }
+    }
+    true
+}
+
+/// Runs worker `w` until shutdown.
+pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Poll) -> Result<()> {
+    let limits = Limits {
+        max_item: sh.settings.max_item,
+    };
+    let registry = poll.registry().try_clone()?;
+    let mut listeners: Vec<TcpListener> = Vec::new();
+    for s in socks.tcp {
+        let mut l = TcpListener::from_std(s.into());
+        registry.register(&mut l, Token(listeners.len()), Interest::READABLE)?;
+        listeners.push(l);
+    }
+    let udp_base = listeners.len();
+    let mut udps: Vec<UdpSocket> = Vec::new();
+    for s in socks.udp {
+        let mut u = UdpSocket::from_std(s.into());
+        registry.register(&mut u, Token(udp_base + udps.len()), Interest::READABLE)?;
+        udps.push(u);
+    }
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut pending: Vec<Token> = Vec::new();
+    let mut events = Events::with_capacity(256);
+    let mut urbuf = vec![0u8; 65536];
+    let mut uout = Vec::with_capacity(65536);
+    let mut dgram = Vec::with_capacity(1500);
+    let st = &sh.workers[w];
+    let verbose = sh.settings.verbose;
+
+    while !sh.shutdown.load(Ordering::Relaxed) {
+        let timeout = if pending.is_empty() {
+            Some(Duration::from_millis(500))
+        } else {
+            Some(Duration::ZERO)
+        };
+        if let Err(e) = poll.poll(&mut events, timeout) {
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e).context("poll");
+        }
+        let mut todo: Vec<Token> = std::mem::take(&mut pending);
+        for ev in events.iter() {
+            todo.push(ev.token());
+        }
+        todo.sort_unstable();
+        todo.dedup();
+        for tok in todo {
+            if tok == WAKE {
+                continue;
+            }
+            let t = tok.0;
+            if t < udp_base {
+                // Accept everything waiting.
+                loop {
+                    match listeners[t].accept() {
+                        Ok((mut s, peer)) => {
+                            let cur = crate::stats::sum_one(&sh.workers, C::curr_connections);
+                            if cur >= sh.settings.max_conns as u64 {
+                                st.atomic_add(C::rejected_connections, 1);
+                                let _ = s.write(b"ERROR Too many open connections\r\n");
+                                continue;
+                            }
+                            let _ = s.set_nodelay(true);
+                            let idx = free.pop().unwrap_or_else(|| {
+                                conns.push(None);
+                                conns.len() - 1
+                            });
+                            let tok = Token(CONN_BASE + idx);
+                            if registry
+                                .register(&mut s, tok, Interest::READABLE | Interest::WRITABLE)
+                                .is_err()
+                            {
+                                free.push(idx);
+                                continue;
+                            }
+                            if verbose > 1 {
+                                eprintln!("<{} new client connection from {peer}", tok.0);
+                            }
+                            conns[idx] = Some(Conn::new(s));
+                            st.atomic_add(C::curr_connections, 1);
+                            st.atomic_add(C::total_connections, 1);
+                            pending.push(tok);
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            // EMFILE and friends: back off rather than spin.
+                            if verbose > 0 {
+                                eprintln!("accept: {e}");
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
+                            break;
+                        }
+                    }
+                }
+            } else if t < CONN_BASE {
+                let more = serve_udp(
+                    &udps[t - udp_base],
+                    &sh,
+                    w,
+                    &limits,
+                    &mut urbuf,
+                    &mut uout,
+                    &mut dgram,
+                );
+                if more {
+                    pending.push(tok);
+                }
+            } else {
+                let idx = t - CONN_BASE;
+                let Some(Some(c)) = conns.get_mut(idx) else {
+                    continue;
+                };
+                match c.drive(&sh, w, &limits) {
+                    Status::Idle => {}
+                    Status::More => pending.push(tok),
+                    Status::Close => {
+                        let mut c = conns[idx].take().unwrap();
+                        let _ = registry.deregister(&mut c.sock);
+                        free.push(idx);
+                        st.atomic_add(C::curr_connections, -1);
+                        if verbose > 1 {
+                            eprintln!("<{t} connection closed.");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A poll and the waker that interrupts it on shutdown.
+pub fn new_poll() -> Result<(Poll, Waker)> {
+    let poll = Poll::new().context("epoll_create")?;
+    let waker = Waker::new(poll.registry(), WAKE).context("eventfd")?;
+    Ok((poll, waker))
+}

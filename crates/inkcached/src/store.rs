@@ -1,0 +1,636 @@
+//! The item store: a sharded hash table with one allocation per item and an LRU per shard.
+//!
+//! Each item is a single boxed byte slice: a fixed header (CAS, flags, expiry, store time, key
+//! length), the key, then the value. A shard holds a slot vector (item + LRU links as `u32`
+//! indices) and a `hashbrown::HashTable<u32>` of slot indices, behind one mutex. The memory limit
+//! is split evenly across shards; a store that would exceed its shard's share evicts from that
+//! shard's LRU tail, as memcached evicts from the tail of a slab class.
+//!
+//! Time is memcached's "relative time": seconds since the process started, plus 2 so that an
+//! exptime of 1 always means "already expired".
+
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Exptimes above this many seconds are absolute unix times (memcached's `REALTIME_MAXDELTA`).
+pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
+
+const HDR: usize = 8 + 4 + 4 + 4 + 1;
+const OFF_CAS: usize = 0;
+const OFF_FLAGS: usize = 8;
+const OFF_EXP: usize = 12;
+const OFF_TIME: usize = 16;
+const OFF_KLEN: usize = 20;
+const NIL: u32 = u32::MAX;
+/// Bytes counted per item beyond its allocation: slot, hash table entry, allocator header.
+const PER_ITEM_OVERHEAD: usize = 24 + 8 + 16;
+
+/// A read-only view of a stored item.
+pub struct ItemRef<'a>(&'a [u8]);
+
+impl<'a> ItemRef<'a> {
+    pub fn cas(&self) -> u64 {
+        u64::from_le_bytes(self.0[OFF_CAS..OFF_CAS + 8].try_into().unwrap())
+    }
+    pub fn flags(&self) -> u32 {
+        rd32(self.0, OFF_FLAGS)
+    }
+    /// Expiry in relative seconds, 0 for never.
+    pub fn exptime(&self) -> u32 {
+        rd32(self.0, OFF_EXP)
+    }
+    /// Relative time of the last store.
+    pub fn time(&self) -> u32 {
+        rd32(self.0, OFF_TIME)
+    }
+    pub fn key(&self) -> &'a [u8] {
+        let k = self.0[OFF_KLEN] as usize;
+        &self.0[HDR..HDR + k]
+    }
+    pub fn value(&self) -> &'a [u8] {
+        let k = self.0[OFF_KLEN] as usize;
+        &self.0[HDR + k..]
+    }
+    /// Bytes this item accounts for.
+    pub fn size(&self) -> usize {
+        self.0.len() + PER_ITEM_OVERHEAD
+    }
+}
+
+fn rd32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
+fn wr32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn make_item(key: &[u8], flags: u32, exp: u32, time: u32, cas: u64, parts: &[&[u8]]) -> Box<[u8]> {
+    let vlen: usize = parts.iter().map(|p| p.len()).sum();
+    let mut v = Vec::with_capacity(HDR + key.len() + vlen);
+    v.extend_from_slice(&cas.to_le_bytes());
+    v.extend_from_slice(&flags.to_le_bytes());
+    v.extend_from_slice(&exp.to_le_bytes());
+    v.extend_from_slice(&time.to_le_bytes());
+    v.push(key.len() as u8);
+    v.extend_from_slice(key);
+    for p in parts {
+        v.extend_from_slice(p);
+    }
+    v.into_boxed_slice()
+}
+
+struct Slot {
+    item: Option<Box<[u8]>>,
+    prev: u32,
+    next: u32,
+}
+
+#[derive(Default)]
+struct Shard {
+    table: HashTable<u32>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    head: u32,
+    tail: u32,
+    bytes: usize,
+    items: usize,
+    evictions: u64,
+    reclaimed: u64,
+    total_items: u64,
+}
+
+/// Storage command modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    /// Compare-and-swap against the given unique.
+    Cas(u64),
+}
+
+/// Result of a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreResult {
+    /// Stored, with the item's new CAS unique.
+    Stored(u64),
+    NotStored,
+    Exists,
+    NotFound,
+}
+
+/// Result of incr/decr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeltaResult {
+    /// New value and CAS.
+    Ok(u64, u64),
+    NotFound,
+    NonNumeric,
+    /// CAS given and not matching.
+    Exists,
+}
+
+/// Counters the store keeps (summed over shards on demand).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreStats {
+    pub curr_items: u64,
+    pub total_items: u64,
+    pub bytes: u64,
+    pub evictions: u64,
+    pub reclaimed: u64,
+}
+
+pub struct Store {
+    shards: Box<[Mutex<Shard>]>,
+    shard_shift: u32,
+    hasher: hashbrown::DefaultHashBuilder,
+    next_cas: AtomicU64,
+    /// Items whose CAS is below this were flushed (immediate `flush_all`).
+    oldest_cas: AtomicU64,
+    /// Items stored at or before this relative time are invalid once it is reached (delayed
+    /// `flush_all`); 0 if none.
+    oldest_live: AtomicU32,
+    shard_limit: usize,
+    started: Instant,
+    /// Unix time at relative time 0.
+    process_started: i64,
+}
+
+impl Store {
+    /// A store holding at most `limit` bytes, for items up to `max_item` bytes.
+    pub fn new(limit: usize, max_item: usize) -> Self {
+        // Enough shards for concurrency, few enough that each can hold a few max-size items.
+        let want = (limit / (2 * max_item.max(1))).clamp(1, 256);
+        let n = if want.is_power_of_two() {
+            want
+        } else {
+            want.next_power_of_two() / 2
+        };
+        let shards = (0..n)
+            .map(|_| {
+                Mutex::new(Shard {
+                    head: NIL,
+                    tail: NIL,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        Store {
+            shards,
+            shard_shift: 64 - n.trailing_zeros(),
+            hasher: Default::default(),
+            next_cas: AtomicU64::new(1),
+            oldest_cas: AtomicU64::new(0),
+            oldest_live: AtomicU32::new(0),
+            shard_limit: limit / n,
+            started: Instant::now(),
+            process_started: now - 2,
+        }
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Current relative time in seconds.
+    pub fn now(&self) -> u32 {
+        self.started.elapsed().as_secs() as u32 + 2
+    }
+
+    /// Unix time at relative time 0.
+    pub fn process_started(&self) -> i64 {
+        self.process_started
+    }
+
+    /// memcached's `realtime()`: a protocol exptime to relative time (0 = never).
+    pub fn realtime(&self, exptime: i64, now: u32) -> u32 {
+        if exptime == 0 {
+            return 0;
+        }
+        if exptime < 0 {
+            return 1;
+        }
+        if exptime > REALTIME_MAXDELTA {
+            if exptime <= self.process_started {
+                return 1;
+            }
+            return (exptime - self.process_started).min(u32::MAX as i64) as u32;
+        }
+        (exptime + now as i64).min(u32::MAX as i64) as u32
+    }
+
+    fn next_cas(&self) -> u64 {
+        self.next_cas.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, Shard> {
+        let i = if self.shards.len() == 1 {
+            0
+        } else {
+            (h >> self.shard_shift) as usize
+        };
+        // A panic while holding a shard lock cannot leave the table half-updated in a way that
+        // breaks memory safety; keep serving.
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn live(&self, item: &[u8], now: u32) -> bool {
+        let it = ItemRef(item);
+        let exp = it.exptime();
+        if exp != 0 && exp <= now {
+            return false;
+        }
+        if it.cas() < self.oldest_cas.load(Ordering::Relaxed) {
+            return false;
+        }
+        let ol = self.oldest_live.load(Ordering::Relaxed);
+        if ol != 0 && ol <= now && it.time() <= ol {
+            return false;
+        }
+        true
+    }
+
+    /// Looks `key` up; expired or flushed items are removed. Returns the slot index.
+    fn find(&self, sh: &mut Shard, h: u64, key: &[u8], now: u32) -> Option<u32> {
+        let slots = &sh.slots;
+        let idx = *sh.table.find(h, |&i| {
+            ItemRef(slots[i as usize].item.as_deref().unwrap()).key() == key
+        })?;
+        if self.live(sh.slots[idx as usize].item.as_deref().unwrap(), now) {
+            Some(idx)
+        } else {
+            sh.reclaimed += 1;
+            self.unlink(sh, h, idx);
+            None
+        }
+    }
+
+    fn unlink(&self, sh: &mut Shard, h: u64, idx: u32) {
+        if let Ok(e) = sh.table.find_entry(h, |&i| i == idx) {
+            e.remove();
+        }
+        lru_remove(sh, idx);
+        let item = sh.slots[idx as usize].item.take().unwrap();
+        sh.bytes -= ItemRef(&item).size();
+        sh.items -= 1;
+        sh.free.push(idx);
+    }
+
+    /// Inserts a new item, replacing `old` if given; evicts from the LRU tail to stay in budget.
+    fn insert(&self, sh: &mut Shard, h: u64, old: Option<u32>, item: Box<[u8]>) {
+        let size = ItemRef(&item).size();
+        if let Some(o) = old {
+            let prev = sh.slots[o as usize].item.replace(item).unwrap();
+            sh.bytes = sh.bytes - ItemRef(&prev).size() + size;
+            lru_remove(sh, o);
+            lru_push_front(sh, o);
+        } else {
+            let idx = match sh.free.pop() {
+                Some(i) => {
+                    sh.slots[i as usize].item = Some(item);
+                    i
+                }
+                None => {
+                    sh.slots.push(Slot {
+                        item: Some(item),
+                        prev: NIL,
+                        next: NIL,
+                    });
+                    (sh.slots.len() - 1) as u32
+                }
+            };
+            let slots = &sh.slots;
+            sh.table.insert_unique(h, idx, |&i| {
+                self.hash(ItemRef(slots[i as usize].item.as_deref().unwrap()).key())
+            });
+            lru_push_front(sh, idx);
+            sh.bytes += size;
+            sh.items += 1;
+        }
+        sh.total_items += 1;
+        let newest = sh.head;
+        while sh.bytes > self.shard_limit && sh.tail != NIL && sh.tail != newest {
+            let t = sh.tail;
+            let th = self.hash(ItemRef(sh.slots[t as usize].item.as_deref().unwrap()).key());
+            let now = self.now();
+            if self.live(sh.slots[t as usize].item.as_deref().unwrap(), now) {
+                sh.evictions += 1;
+            } else {
+                sh.reclaimed += 1;
+            }
+            self.unlink(sh, th, t);
+        }
+    }
+
+    /// Calls `f` with the item for `key` if present and live; bumps it in the LRU. If `touch` is
+    /// given, sets the item's exptime first (gat).
+    pub fn get<R>(
+        &self,
+        key: &[u8],
+        touch: Option<i64>,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Option<R> {
+        let h = self.hash(key);
+        let now = self.now();
+        let mut sh = self.shard(h);
+        let idx = self.find(&mut sh, h, key, now)?;
+        if let Some(e) = touch {
+            let exp = self.realtime(e, now);
+            wr32(sh.slots[idx as usize].item.as_deref_mut().unwrap(), OFF_EXP, exp);
+        }
+        if sh.head != idx {
+            lru_remove(&mut sh, idx);
+            lru_push_front(&mut sh, idx);
+        }
+        Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
+    }
+
+    /// Like [`Store::get`] but without LRU bump (for `me`).
+    pub fn peek<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        let h = self.hash(key);
+        let now = self.now();
+        let mut sh = self.shard(h);
+        let idx = self.find(&mut sh, h, key, now)?;
+        Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
+    }
+
+    /// Stores `data` under `key` according to `mode`. `exptime` is the protocol value.
+    pub fn store(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+    ) -> StoreResult {
+        let h = self.hash(key);
+        let now = self.now();
+        let exp = self.realtime(exptime, now);
+        let mut sh = self.shard(h);
+        let old = self.find(&mut sh, h, key, now);
+        let cas = self.next_cas();
+        let item = match (mode, old) {
+            (Mode::Add, Some(o)) => {
+                // memcached bumps the existing item on a failed add.
+                lru_remove(&mut sh, o);
+                lru_push_front(&mut sh, o);
+                return StoreResult::NotStored;
+            }
+            (Mode::Replace | Mode::Append | Mode::Prepend, None) => return StoreResult::NotStored,
+            (Mode::Cas(_), None) => return StoreResult::NotFound,
+            (Mode::Cas(c), Some(o)) => {
+                if ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).cas() != c {
+                    return StoreResult::Exists;
+                }
+                make_item(key, flags, exp, now, cas, &[data])
+            }
+            (Mode::Append | Mode::Prepend, Some(o)) => {
+                let it = ItemRef(sh.slots[o as usize].item.as_deref().unwrap());
+                let parts: [&[u8]; 2] = if mode == Mode::Append {
+                    [it.value(), data]
+                } else {
+                    [data, it.value()]
+                };
+                make_item(key, it.flags(), it.exptime(), now, cas, &parts)
+            }
+            _ => make_item(key, flags, exp, now, cas, &[data]),
+        };
+        self.insert(&mut sh, h, old, item);
+        StoreResult::Stored(cas)
+    }
+
+    /// Removes `key`; with `cas` given, only if it matches. Returns Ok(true) if deleted,
+    /// Ok(false) if not found, Err(()) on CAS mismatch.
+    pub fn delete(&self, key: &[u8], cas: Option<u64>) -> Result<bool, ()> {
+        let h = self.hash(key);
+        let now = self.now();
+        let mut sh = self.shard(h);
+        let Some(idx) = self.find(&mut sh, h, key, now) else {
+            return Ok(false);
+        };
+        if let Some(c) = cas {
+            if ItemRef(sh.slots[idx as usize].item.as_deref().unwrap()).cas() != c {
+                return Err(());
+            }
+        }
+        self.unlink(&mut sh, h, idx);
+        Ok(true)
+    }
+
+    /// Sets a new exptime; false if not found.
+    pub fn touch(&self, key: &[u8], exptime: i64) -> bool {
+        self.get(key, Some(exptime), |_| ()).is_some()
+    }
+
+    /// incr (`incr` true) or decr by `delta`, memcached style: incr wraps at 2^64, decr stops at
+    /// 0, a shorter result is padded with spaces in place. With `cas`, only if it matches.
+    pub fn delta(&self, key: &[u8], incr: bool, delta: u64, cas: Option<u64>) -> DeltaResult {
+        let h = self.hash(key);
+        let now = self.now();
+        let mut sh = self.shard(h);
+        let Some(idx) = self.find(&mut sh, h, key, now) else {
+            return DeltaResult::NotFound;
+        };
+        let it = ItemRef(sh.slots[idx as usize].item.as_deref().unwrap());
+        if let Some(c) = cas {
+            if it.cas() != c {
+                return DeltaResult::Exists;
+            }
+        }
+        let Some(cur) = parse_counter(it.value()) else {
+            return DeltaResult::NonNumeric;
+        };
+        let new = if incr {
+            cur.wrapping_add(delta)
+        } else {
+            cur.saturating_sub(delta)
+        };
+        let digits = new.to_string();
+        let newcas = self.next_cas();
+        let old_len = it.value().len();
+        if digits.len() <= old_len {
+            let slot = sh.slots[idx as usize].item.as_deref_mut().unwrap();
+            let k = slot[OFF_KLEN] as usize;
+            let v = &mut slot[HDR + k..];
+            v[..digits.len()].copy_from_slice(digits.as_bytes());
+            v[digits.len()..].fill(b' ');
+            slot[OFF_CAS..OFF_CAS + 8].copy_from_slice(&newcas.to_le_bytes());
+            lru_remove(&mut sh, idx);
+            lru_push_front(&mut sh, idx);
+        } else {
+            let item = make_item(
+                key,
+                it.flags(),
+                it.exptime(),
+                it.time(),
+                newcas,
+                &[digits.as_bytes()],
+            );
+            self.insert(&mut sh, h, Some(idx), item);
+        }
+        DeltaResult::Ok(new, newcas)
+    }
+
+    /// `flush_all [delay]`.
+    pub fn flush_all(&self, delay: i64) {
+        if delay > 0 {
+            let now = self.now();
+            let t = self.realtime(delay, now).saturating_sub(1);
+            self.oldest_live.store(t.max(1), Ordering::Relaxed);
+        } else {
+            self.oldest_live.store(0, Ordering::Relaxed);
+            self.oldest_cas.store(self.next_cas(), Ordering::Relaxed);
+        }
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let mut s = StoreStats::default();
+        for sh in self.shards.iter() {
+            let sh = sh.lock().unwrap_or_else(|p| p.into_inner());
+            s.curr_items += sh.items as u64;
+            s.total_items += sh.total_items;
+            s.bytes += sh.bytes as u64;
+            s.evictions += sh.evictions;
+            s.reclaimed += sh.reclaimed;
+        }
+        s
+    }
+}
+
+/// memcached's `safe_strtoull` on a stored value: digits, then optional whitespace.
+fn parse_counter(v: &[u8]) -> Option<u64> {
+    let end = v.iter().position(|b| !b.is_ascii_digit()).unwrap_or(v.len());
+    if end == 0 || !v[end..].iter().all(|b| b.is_ascii_whitespace()) {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &d in &v[..end] {
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some(n)
+}
+
+fn lru_remove(sh: &mut Shard, idx: u32) {
+    let (p, n) = {
+        let s = &sh.slots[idx as usize];
+        (s.prev, s.next)
+    };
+    if p != NIL {
+        sh.slots[p as usize].next = n;
+    } else if sh.head == idx {
+        sh.head = n;
+    }
+    if n != NIL {
+        sh.slots[n as usize].prev = p;
+    } else if sh.tail == idx {
+        sh.tail = p;
+    }
+    let s = &mut sh.slots[idx as usize];
+    s.prev = NIL;
+    s.next = NIL;
+}
+
+fn lru_push_front(sh: &mut Shard, idx: u32) {
+    let old = sh.head;
+    {
+        let s = &mut sh.slots[idx as usize];
+        s.prev = NIL;
+        s.next = old;
+    }
+    if old != NIL {
+        sh.slots[old as usize].prev = idx;
+    } else {
+        sh.tail = idx;
+    }
+    sh.head = idx;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(s: &Store, k: &[u8]) -> Option<Vec<u8>> {
+        s.get(k, None, |i| i.value().to_vec())
+    }
+
+    #[test]
+    fn modes() {
+        let s = Store::new(64 << 20, 1 << 20);
+        assert!(matches!(s.store(Mode::Set, b"a", 3, 0, b"x"), StoreResult::Stored(_)));
+        assert_eq!(s.store(Mode::Add, b"a", 0, 0, b"y"), StoreResult::NotStored);
+        assert_eq!(s.store(Mode::Replace, b"b", 0, 0, b"y"), StoreResult::NotStored);
+        s.store(Mode::Append, b"a", 0, 0, b"z");
+        s.store(Mode::Prepend, b"a", 0, 0, b"w");
+        assert_eq!(get(&s, b"a").unwrap(), b"wxz");
+        assert_eq!(s.get(b"a", None, |i| i.flags()), Some(3));
+        let cas = s.get(b"a", None, |i| i.cas()).unwrap();
+        assert_eq!(s.store(Mode::Cas(cas + 100), b"a", 0, 0, b"q"), StoreResult::Exists);
+        assert!(matches!(s.store(Mode::Cas(cas), b"a", 0, 0, b"q"), StoreResult::Stored(_)));
+        assert_eq!(s.store(Mode::Cas(1), b"nope", 0, 0, b"q"), StoreResult::NotFound);
+        assert_eq!(s.delete(b"a", None), Ok(true));
+        assert_eq!(get(&s, b"a"), None);
+        assert_eq!(s.delete(b"a", None), Ok(false));
+    }
+
+    #[test]
+    fn counters() {
+        let s = Store::new(64 << 20, 1 << 20);
+        s.store(Mode::Set, b"n", 0, 0, b"10");
+        assert!(matches!(s.delta(b"n", false, 1, None), DeltaResult::Ok(9, _)));
+        assert_eq!(get(&s, b"n").unwrap(), b"9 ");
+        assert!(matches!(s.delta(b"n", false, 100, None), DeltaResult::Ok(0, _)));
+        s.store(Mode::Set, b"n", 0, 0, b"18446744073709551615");
+        assert!(matches!(s.delta(b"n", true, 2, None), DeltaResult::Ok(1, _)));
+        s.store(Mode::Set, b"n", 0, 0, b"9");
+        assert!(matches!(s.delta(b"n", true, 1, None), DeltaResult::Ok(10, _)));
+        assert_eq!(get(&s, b"n").unwrap(), b"10");
+        s.store(Mode::Set, b"t", 0, 0, b"abc");
+        assert_eq!(s.delta(b"t", true, 1, None), DeltaResult::NonNumeric);
+        assert_eq!(s.delta(b"none", true, 1, None), DeltaResult::NotFound);
+    }
+
+    #[test]
+    fn expiry_and_flush() {
+        let s = Store::new(64 << 20, 1 << 20);
+        s.store(Mode::Set, b"neg", 0, -1, b"x");
+        assert_eq!(get(&s, b"neg"), None);
+        s.store(Mode::Set, b"old", 0, 1000, b"x"); // absolute time in 1970
+        assert_eq!(get(&s, b"old"), None);
+        s.store(Mode::Set, b"rel", 0, 100, b"x");
+        assert!(get(&s, b"rel").is_some());
+        s.flush_all(0);
+        assert_eq!(get(&s, b"rel"), None);
+        s.store(Mode::Set, b"after", 0, 0, b"x");
+        assert!(get(&s, b"after").is_some());
+    }
+
+    #[test]
+    fn lru_eviction_keeps_recent() {
+        let s = Store::new(1 << 20, 1 << 20);
+        assert_eq!(s.shard_count(), 1);
+        let v = vec![b'x'; 1000];
+        for i in 0..5000 {
+            s.store(Mode::Set, format!("k{i}").as_bytes(), 0, 0, &v);
+            // keep k0 hot
+            assert!(get(&s, b"k0").is_some(), "k0 evicted at {i}");
+        }
+        let st = s.stats();
+        assert!(st.bytes <= 1 << 20);
+        assert!(st.evictions > 3000);
+        assert!(get(&s, b"k4999").is_some());
+        assert!(get(&s, b"k1").is_none());
+    }
+}
