@@ -79,7 +79,12 @@ pub(crate) fn run_thread(
     let mut tmp = vec![0u8; 64 * 1024];
     loop {
         let now = Instant::now();
-        let stopping = now >= win.end || ctl.is_stopped();
+        // Open loop: requests scheduled before the end are all sent, even late.
+        let stopping = ctl.is_stopped()
+            || match &pacer {
+                Some(p) => p.next_due() >= win.end,
+                None => now >= win.end,
+            };
         if e.conns.iter().all(|c| c.dead) {
             break;
         }

@@ -142,7 +142,12 @@ pub(crate) fn run_thread(
     let hard_end = win.end + cfg.timeout + cfg.timeout / 2;
     loop {
         let now = Instant::now();
-        let stopping = now >= win.end || ctl.is_stopped();
+        // Open loop: requests scheduled before the end are all sent, even late.
+        let stopping = ctl.is_stopped()
+            || match &pacer {
+                Some(p) => p.next_due() >= win.end,
+                None => now >= win.end,
+            };
         if !stopping {
             match &mut pacer {
                 Some(p) => {
