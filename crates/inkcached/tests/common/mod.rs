@@ -1,0 +1,139 @@
+//! Test helpers: start inkcached (and stock memcached) on a free 127.0.0.1 port, killed on drop.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port free for both TCP and UDP on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    loop {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = u.local_addr().unwrap().port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn wait_ready(child: &mut Child, port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn start_with(program: &str, extra: &[&str]) -> Server {
+    for _ in 0..20 {
+        let port = free_port();
+        let p = port.to_string();
+        let mut args = vec!["-p", &p, "-U", &p, "-l", "127.0.0.1"];
+        args.extend_from_slice(extra);
+        let mut child = Command::new(program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+        if wait_ready(&mut child, port) {
+            return Server { child, port };
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("could not start {program}");
+}
+
+/// inkcached with `-t 2` and the given extra flags.
+pub fn inkcached(extra: &[&str]) -> Server {
+    let mut a = vec!["-t", "2"];
+    a.extend_from_slice(extra);
+    start_with(env!("CARGO_BIN_EXE_inkcached"), &a)
+}
+
+/// Stock memcached, if installed.
+pub fn memcached() -> Option<Server> {
+    if !Path::new("/usr/bin/memcached").exists() {
+        return None;
+    }
+    // memcached refuses to run as root without -u.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let extra: &[&str] = if root { &["-u", "root"] } else { &[] };
+    Some(start_with("/usr/bin/memcached", extra))
+}
+
+/// True if `tool` exists; otherwise says so (tests that need it return early, unless
+/// INKCACHED_REQUIRE_TOOLS=1 makes that a failure).
+pub fn have(tool: &str) -> bool {
+    if Path::new(tool).exists() {
+        return true;
+    }
+    if std::env::var("INKCACHED_REQUIRE_TOOLS").as_deref() == Ok("1") {
+        panic!("{tool} is required (INKCACHED_REQUIRE_TOOLS=1)");
+    }
+    eprintln!("SKIP: {tool} not installed");
+    false
+}
+
+pub fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// Sends `req` and reads until the answer stops arriving (quiet for `quiet`) or EOF.
+pub fn roundtrip_quiet(s: &mut TcpStream, req: &[u8], quiet: Duration) -> Vec<u8> {
+    s.write_all(req).unwrap();
+    s.set_read_timeout(Some(quiet)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => {
+                out.extend_from_slice(b"<EOF>");
+                break;
+            }
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// Sends `req` and reads until the reply ends with `end`.
+pub fn request_until(s: &mut TcpStream, req: &[u8], end: &[u8]) -> Vec<u8> {
+    s.write_all(req).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !out.ends_with(end) {
+        let n = s.read(&mut buf).expect("reply in time");
+        assert!(n > 0, "EOF; got so far {:?}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}

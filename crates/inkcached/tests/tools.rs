@@ -1,0 +1,92 @@
+//! Third-party clients against inkcached: memccapable (libmemcached's protocol checker),
+//! memcaslap with --verify over TCP and UDP, and pymemcache exercising every command.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+#[test]
+fn memccapable_ascii_all_pass() {
+    if !have("/usr/bin/memccapable") {
+        return;
+    }
+    let srv = inkcached(&[]);
+    let out = Command::new("timeout")
+        .args(["120", "/usr/bin/memccapable", "-a", "-t", "5", "-h", "127.0.0.1", "-p"])
+        .arg(srv.port.to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "memccapable failed:\n{text}");
+    assert!(text.contains("All tests passed"), "{text}");
+    assert!(!text.contains("[fail]"), "{text}");
+    assert!(text.matches("[pass]").count() >= 27, "{text}");
+}
+
+fn memcaslap(port: u16, udp: bool) -> String {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["60", "/usr/bin/memcaslap", "-s"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["-t", "3s", "-T", "2", "-c", "16", "--verify=0.1", "-b"]);
+    if udp {
+        cmd.arg("-U");
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "memcaslap failed:\n{text}");
+    text
+}
+
+fn stat_line(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
+#[test]
+fn memcaslap_verify_tcp_and_udp() {
+    if !have("/usr/bin/memcaslap") {
+        return;
+    }
+    let srv = inkcached(&[]);
+    for udp in [false, true] {
+        let text = memcaslap(srv.port, udp);
+        assert_eq!(stat_line(&text, "verify_failed:"), 0, "udp={udp}\n{text}");
+        assert_eq!(stat_line(&text, "verify_misses:"), 0, "udp={udp}\n{text}");
+        assert!(stat_line(&text, "cmd_get:") > 1000, "udp={udp}\n{text}");
+        if udp {
+            assert_eq!(stat_line(&text, "udp_timeout:"), 0, "{text}");
+        }
+    }
+}
+
+#[test]
+fn pymemcache_exercises_every_command() {
+    if !have("/usr/bin/python3") {
+        return;
+    }
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", "import pymemcache"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var("INKCACHED_REQUIRE_TOOLS").as_deref() == Ok("1") {
+            panic!("pymemcache required");
+        }
+        eprintln!("SKIP: pymemcache not installed");
+        return;
+    }
+    let srv = inkcached(&[]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/exercise.py");
+    let out = Command::new("timeout")
+        .args(["60", "/usr/bin/python3", script, &srv.port.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "pymemcache script failed:\n{text}");
+    assert!(text.contains("ALL OK"), "{text}");
+}
