@@ -78,7 +78,6 @@ pub fn preload(cfg: &RunConfig) -> Result<u64> {
     Ok(cfg.keys)
 }
 
-
 /// The server's `stats` as name → value (numeric ones only).
 pub fn stats(addr: SocketAddr, timeout: Duration) -> Result<HashMap<String, u64>> {
     let mut s = connect(addr, timeout)?;

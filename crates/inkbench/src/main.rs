@@ -10,7 +10,11 @@ use clap::{Args, Parser, Subcommand};
 use inkbench::{parse_duration, Popularity, Proto, RunConfig, RunControl, ValueSize};
 
 #[derive(Parser)]
-#[command(name = "inkbench", version, about = "Load generator and latency sampler for memcached-protocol servers")]
+#[command(
+    name = "inkbench",
+    version,
+    about = "Load generator and latency sampler for memcached-protocol servers"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -190,11 +194,7 @@ impl RunArgs {
 }
 
 /// Runs `f` with a progress bar on stderr if it is a terminal.
-fn with_progress<T>(
-    total: Duration,
-    ctl: &RunControl,
-    f: impl FnOnce() -> Result<T>,
-) -> Result<T> {
+fn with_progress<T>(total: Duration, ctl: &RunControl, f: impl FnOnce() -> Result<T>) -> Result<T> {
     if !std::io::stderr().is_terminal() {
         return f();
     }

@@ -30,7 +30,11 @@ pub fn timeline(res: &SampleResults, path: &Path) -> Result<()> {
         .iter()
         .copied()
         .fold(0.0, f64::max)
-        .max(timeout_us)
+        .max(if res.timeouts + res.errors > 0 {
+            timeout_us
+        } else {
+            0.0
+        })
         .max(y_min * 10.0)
         * 1.5;
 
@@ -55,6 +59,8 @@ pub fn timeline(res: &SampleResults, path: &Path) -> Result<()> {
         .configure_mesh()
         .x_desc("time since start (s, scheduled)")
         .y_desc("latency (us, from scheduled time)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .x_label_formatter(&|v| format!("{v:.1}"))
         .draw()
         .map_err(|e| err(&e))?;
     let point = |s: &crate::sample::SampleRecord, color: RGBColor| {

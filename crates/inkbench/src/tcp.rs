@@ -102,7 +102,9 @@ pub(crate) fn run_thread(
                     }
                 }
                 None => {
-                    while e.pending_total() < plan.inflight && e.issue_closed(now, win.measured(now)) {}
+                    while e.pending_total() < plan.inflight
+                        && e.issue_closed(now, win.measured(now))
+                    {}
                 }
             }
         }
@@ -285,7 +287,7 @@ impl Engine<'_> {
                     // The stream cannot be resynchronised: count the head as an error, drop
                     // the connection.
                     if let Some(op) = c.pending.pop_front() {
-                            if op.measured {
+                        if op.measured {
                             self.out.counters.responses += 1;
                             self.out.counters.errors += 1;
                         }

@@ -161,9 +161,7 @@ pub(crate) fn run_thread(
                         n += 1;
                     }
                 }
-                None => {
-                    while e.inflight < plan.inflight && e.issue(now, win.measured(now)) {}
-                }
+                None => while e.inflight < plan.inflight && e.issue(now, win.measured(now)) {},
             }
         }
         e.flush()?;
@@ -197,8 +195,10 @@ pub(crate) fn run_thread(
             e.receive(i)?;
         }
         e.expire(Instant::now());
-        ctl.completed
-            .fetch_add(std::mem::take(&mut e.completed), std::sync::atomic::Ordering::Relaxed);
+        ctl.completed.fetch_add(
+            std::mem::take(&mut e.completed),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
     // Whatever is still in flight was never answered.
     for s in &mut e.socks {

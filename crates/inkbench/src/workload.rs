@@ -216,7 +216,11 @@ mod tests {
             data: vec![],
         };
         let mut c = Counters::default();
-        w.account(&op, &Response::Values(vec![item(1), item(3), item(9)]), &mut c);
+        w.account(
+            &op,
+            &Response::Values(vec![item(1), item(3), item(9)]),
+            &mut c,
+        );
         assert_eq!((c.hits, c.misses, c.mismatched, c.errors), (2, 1, 1, 0));
         w.account(&op, &Response::Error, &mut c);
         assert_eq!(c.errors, 1);

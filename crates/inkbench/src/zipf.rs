@@ -36,8 +36,8 @@ impl Zipf {
     /// A rank in `0..n`; 0 is the most frequent.
     pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> u64 {
         loop {
-            let u: f64 = self.h_integral_n
-                + rng.gen::<f64>() * (self.h_integral_x1 - self.h_integral_n);
+            let u: f64 =
+                self.h_integral_n + rng.gen::<f64>() * (self.h_integral_x1 - self.h_integral_n);
             let x = self.h_integral_inv(u);
             let k = (x + 0.5).floor().clamp(1.0, self.n);
             if k - x <= self.threshold || u >= self.h_integral(k + 0.5) - self.h(k) {

@@ -90,7 +90,10 @@ fn tcp_pipelined_multiget() {
     assert!(k.requests > 100, "{k:?}");
     assert_eq!(k.responses, k.requests);
     assert_eq!(k.hits, k.get_keys);
-    assert_eq!((k.lost, k.errors, k.mismatched, k.conn_errors), (0, 0, 0, 0));
+    assert_eq!(
+        (k.lost, k.errors, k.mismatched, k.conn_errors),
+        (0, 0, 0, 0)
+    );
 }
 
 #[test]
@@ -104,10 +107,16 @@ fn stray_datagrams_counted_as_unmatched_not_answers() {
     c.warmup = Duration::ZERO;
     let r = run(&c).unwrap();
     let k = r.counters;
-    assert_eq!(proxy.injected.load(std::sync::atomic::Ordering::Relaxed), 100);
+    assert_eq!(
+        proxy.injected.load(std::sync::atomic::Ordering::Relaxed),
+        100
+    );
     assert_eq!(k.unmatched, 100, "{k:?}");
     assert_eq!(k.responses, k.requests, "{k:?}");
-    assert_eq!(k.hits, k.get_keys, "a stray must not count as an answer: {k:?}");
+    assert_eq!(
+        k.hits, k.get_keys,
+        "a stray must not count as an answer: {k:?}"
+    );
     assert_eq!((k.errors, k.lost, k.mismatched), (0, 0, 0), "{k:?}");
     assert_eq!(r.latency.count, k.responses);
 }

@@ -33,10 +33,8 @@ fn sampler_records_every_sample_and_plots() {
             assert!(s.send_us >= s.scheduled_us);
             assert!(s.recv_us.unwrap() >= s.send_us);
         }
-        let dir = std::env::temp_dir().join(format!(
-            "inkbench-sample-{}-{proto}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("inkbench-sample-{}-{proto}", std::process::id()));
         let files = write_outputs(&r, &dir).unwrap();
         let csv = std::fs::read_to_string(&files[0]).unwrap();
         assert_eq!(csv.lines().count(), 201);
@@ -85,13 +83,27 @@ fn sampler_with_background_load() {
 fn cli_json_has_documented_fields() {
     let mc = Memcached::start();
     let out = Command::new(BIN)
-        .args(["run", "--server", &mc.addr.to_string(), "--duration", "300ms"])
+        .args([
+            "run",
+            "--server",
+            &mc.addr.to_string(),
+            "--duration",
+            "300ms",
+        ])
         .args(["--warmup", "100ms", "--keys", "100", "--preload", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(stdout.trim().lines().count(), 1, "one JSON object on one line");
+    assert_eq!(
+        stdout.trim().lines().count(),
+        1,
+        "one JSON object on one line"
+    );
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     for f in [
         "duration_s",
@@ -145,19 +157,31 @@ fn cli_table_and_errors() {
     for w in ["throughput", "hits", "misses", "errors", "lost", "p99.9"] {
         assert!(t.contains(w), "{w} missing in\n{t}");
     }
-    assert!(out.stderr.is_empty(), "no progress bar when stderr is not a terminal");
+    assert!(
+        out.stderr.is_empty(),
+        "no progress bar when stderr is not a terminal"
+    );
 
     // A TCP run against a closed port: one clear line, non-zero exit.
     let port = common::free_port("127.0.0.1");
     let out = Command::new(BIN)
-        .args(["run", "--server", &format!("127.0.0.1:{port}"), "--proto", "tcp"])
+        .args([
+            "run",
+            "--server",
+            &format!("127.0.0.1:{port}"),
+            "--proto",
+            "tcp",
+        ])
         .args(["--duration", "200ms"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("inkbench: error:") && err.contains("connecting"), "{err}");
+    assert!(
+        err.starts_with("inkbench: error:") && err.contains("connecting"),
+        "{err}"
+    );
 
     // Invalid settings are refused before sending anything.
     let out = Command::new(BIN)
