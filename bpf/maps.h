@@ -60,6 +60,19 @@ struct {
 	__uint(max_entries, 1);
 } global SEC(".maps");
 
+/* The control plane's record of an attachment (JSON), read by `inkcache status` and `detach`.
+ * No program touches it. */
+struct ink_meta {
+	char json[4096];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ink_meta);
+	__uint(max_entries, 1);
+} meta SEC(".maps");
+
 static __always_inline void stat_inc(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&stats, &idx);

@@ -1,0 +1,463 @@
+//! Loading, attaching and detaching.
+use std::{
+    mem::MaybeUninit,
+    os::fd::{AsFd, AsRawFd},
+    path::PathBuf,
+};
+
+use anyhow::{Context, Result};
+use ipnet::IpNet;
+use libbpf_rs::{
+    libbpf_sys,
+    skel::{OpenSkel, SkelBuilder},
+    MapCore, MapFlags, Program, TcHookBuilder, Xdp, XdpFlags, TC_EGRESS,
+};
+
+use crate::{
+    pins::{self, AttachInfo},
+    skel::{self, ENTRY_BYTES, ITEM_MAX},
+    sys, Error,
+};
+
+/// TC filter handle and priority of the egress program (what detach looks for).
+pub const TC_HANDLE: u32 = 0x1c4c;
+pub const TC_PRIORITY: u32 = 0x1c4c;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum XdpMode {
+    /// Native (driver) mode if the driver supports it, generic otherwise.
+    Auto,
+    Native,
+    Generic,
+}
+
+#[derive(Clone, Debug)]
+pub struct AttachOpts {
+    pub ifaces: Vec<String>,
+    pub ports: Vec<u16>,
+    /// Sources the kernel may answer; empty means each interface's connected subnets.
+    pub allow: Vec<IpNet>,
+    pub cache_mb: u32,
+    pub xdp_mode: XdpMode,
+    /// Oldest fill the kernel serves, in seconds (items whose expiry it cannot know).
+    pub max_age_secs: u64,
+    /// Get requests remembered while waiting for their replies (bounds the `pending` map).
+    pub pending_entries: u32,
+    /// Debug only: never invalidate (lets the consistency checker prove it can fail).
+    pub debug_no_invalidation: bool,
+}
+
+impl Default for AttachOpts {
+    fn default() -> Self {
+        AttachOpts {
+            ifaces: vec![],
+            ports: vec![11211],
+            allow: vec![],
+            cache_mb: 64,
+            xdp_mode: XdpMode::Auto,
+            max_age_secs: 60,
+            pending_entries: 65536,
+            debug_no_invalidation: false,
+        }
+    }
+}
+
+/// Number of cache slots for `cache_mb` megabytes: the largest power of two that fits.
+pub fn slots_for(cache_mb: u32) -> u32 {
+    let n = (cache_mb as u64 * 1024 * 1024 / ENTRY_BYTES as u64).max(16);
+    1u32 << (63 - n.leading_zeros()).min(31)
+}
+
+fn probe_helper(prog_type: u32, helper: u32) -> bool {
+    // SAFETY: libbpf_probe_bpf_helper only reads its scalar arguments; a null opts is allowed.
+    unsafe { libbpf_sys::libbpf_probe_bpf_helper(prog_type, helper, std::ptr::null()) == 1 }
+}
+
+/// Names the first kernel feature inkcache needs that this kernel does not have.
+pub fn check_kernel() -> Result<()> {
+    let xdp = libbpf_sys::BPF_PROG_TYPE_XDP;
+    let tc = libbpf_sys::BPF_PROG_TYPE_SCHED_CLS;
+    let needs = [
+        (
+            xdp,
+            libbpf_sys::BPF_FUNC_xdp_load_bytes,
+            "bpf_xdp_load_bytes (Linux 5.18+)",
+        ),
+        (
+            xdp,
+            libbpf_sys::BPF_FUNC_xdp_store_bytes,
+            "bpf_xdp_store_bytes (Linux 5.18+)",
+        ),
+        (
+            xdp,
+            libbpf_sys::BPF_FUNC_spin_lock,
+            "bpf_spin_lock in XDP (Linux 5.1+)",
+        ),
+        (
+            xdp,
+            libbpf_sys::BPF_FUNC_xdp_adjust_tail,
+            "bpf_xdp_adjust_tail (Linux 4.18+)",
+        ),
+        (
+            tc,
+            libbpf_sys::BPF_FUNC_skb_load_bytes,
+            "bpf_skb_load_bytes in TC",
+        ),
+        (
+            tc,
+            libbpf_sys::BPF_FUNC_spin_lock,
+            "bpf_spin_lock in TC (Linux 5.1+)",
+        ),
+    ];
+    for (ty, helper, what) in needs {
+        if !probe_helper(ty, helper) {
+            return Err(Error::KernelLacks(what.into()).into());
+        }
+    }
+    Ok(())
+}
+
+fn load_err(what: &str, e: libbpf_rs::Error) -> anyhow::Error {
+    anyhow::anyhow!("loading the {what} program failed (verifier or kernel): {e}")
+}
+
+struct Target {
+    iface: String,
+    ifindex: u32,
+    dir: PathBuf,
+}
+
+/// Loads the programs once and attaches them to every interface of `opts`; the interfaces share
+/// one cache. On failure nothing stays attached or pinned.
+pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
+    sys::require_root()?;
+    if opts.ifaces.is_empty() {
+        return Err(Error::Usage("no interface given (--iface)".into()).into());
+    }
+    if opts.ports.is_empty() || opts.ports.contains(&0) {
+        return Err(Error::Usage("port out of range: ports are 1-65535".into()).into());
+    }
+    if opts.cache_mb == 0 {
+        return Err(Error::Usage("--cache-mb must be at least 1".into()).into());
+    }
+    let mut targets = Vec::new();
+    for iface in &opts.ifaces {
+        let ifindex = sys::ifindex(iface)?;
+        let dir = pins::dir_for(iface)?;
+        if dir.exists() || targets.iter().any(|t: &Target| t.iface == *iface) {
+            return Err(Error::AlreadyAttached(iface.clone()).into());
+        }
+        targets.push(Target {
+            iface: iface.clone(),
+            ifindex,
+            dir,
+        });
+    }
+    sys::ensure_bpffs()?;
+    check_kernel()?;
+
+    let slots = slots_for(opts.cache_mb);
+    let max_age_ns = opts.max_age_secs.saturating_mul(1_000_000_000);
+
+    let mut xobj = MaybeUninit::uninit();
+    let mut xopen = skel::xdp::InkcacheXdpSkelBuilder::default()
+        .open(&mut xobj)
+        .context("opening the XDP object")?;
+    {
+        let ro = xopen
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("XDP object has no rodata")?;
+        ro.slot_mask = slots - 1;
+        ro.max_age_ns = max_age_ns;
+        ro.invalidation_off = opts.debug_no_invalidation as u32;
+    }
+    xopen.maps.cache.set_max_entries(slots)?;
+    xopen
+        .maps
+        .pending
+        .set_max_entries(opts.pending_entries.max(1024))?;
+    let xskel = xopen.load().map_err(|e| load_err("XDP", e))?;
+
+    let mut tobj = MaybeUninit::uninit();
+    let mut topen = skel::tc::InkcacheTcSkelBuilder::default()
+        .open(&mut tobj)
+        .context("opening the TC object")?;
+    {
+        let ro = topen
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("TC object has no rodata")?;
+        ro.slot_mask = slots - 1;
+        ro.max_age_ns = max_age_ns;
+        ro.invalidation_off = opts.debug_no_invalidation as u32;
+    }
+    {
+        let (x, t) = (&xskel.maps, &mut topen.maps);
+        t.cache.reuse_fd(x.cache.as_fd())?;
+        t.stats.reuse_fd(x.stats.as_fd())?;
+        t.ports.reuse_fd(x.ports.as_fd())?;
+        t.allow.reuse_fd(x.allow.as_fd())?;
+        t.pending.reuse_fd(x.pending.as_fd())?;
+        t.global.reuse_fd(x.global.as_fd())?;
+        t.meta.reuse_fd(x.meta.as_fd())?;
+    }
+    let tskel = topen.load().map_err(|e| load_err("TC", e))?;
+
+    for p in &opts.ports {
+        xskel
+            .maps
+            .ports
+            .update(&p.to_ne_bytes(), &[1], MapFlags::ANY)?;
+    }
+    let mut allow = opts.allow.clone();
+    if allow.is_empty() {
+        for t in &targets {
+            allow.extend(sys::connected_subnets(&t.iface)?);
+        }
+    }
+    for net in &allow {
+        xskel
+            .maps
+            .allow
+            .update(&lpm_key(net), &[1], MapFlags::ANY)?;
+    }
+
+    let group: Vec<String> = targets.iter().map(|t| t.iface.clone()).collect();
+    let mut done: Vec<AttachInfo> = Vec::new();
+    for t in &targets {
+        let r = attach_one(opts, t, &xskel, &tskel, slots, &allow, &group);
+        match r {
+            Ok(info) => done.push(info),
+            Err(e) => {
+                for info in &done {
+                    let _ = detach_info(info, &pins::dir_for(&info.iface)?);
+                }
+                let _ = undo_one(t);
+                return Err(e);
+            }
+        }
+    }
+    Ok(done)
+}
+
+fn lpm_key(net: &IpNet) -> Vec<u8> {
+    let (prefix, addr) = match net {
+        IpNet::V4(n) => (
+            96 + n.prefix_len() as u32,
+            n.network().to_ipv6_mapped().octets(),
+        ),
+        IpNet::V6(n) => (n.prefix_len() as u32, n.network().octets()),
+    };
+    let mut k = prefix.to_ne_bytes().to_vec();
+    k.extend_from_slice(&addr);
+    k
+}
+
+fn xdp_attach(prog: &Program<'_>, t: &Target, mode: XdpMode) -> Result<&'static str> {
+    let x = Xdp::new(prog.as_fd());
+    let q = x
+        .query(t.ifindex as i32, XdpFlags::NONE)
+        .context("querying XDP programs")?;
+    let existing = [q.prog_id, q.drv_prog_id, q.skb_prog_id, q.hw_prog_id];
+    if let Some(&id) = existing.iter().find(|&&id| id != 0) {
+        return Err(Error::XdpBusy {
+            iface: t.iface.clone(),
+            id,
+        }
+        .into());
+    }
+    let try_mode =
+        |flags: XdpFlags| x.attach(t.ifindex as i32, flags | XdpFlags::UPDATE_IF_NOEXIST);
+    match mode {
+        XdpMode::Native => try_mode(XdpFlags::DRV_MODE)
+            .map(|_| "native")
+            .map_err(|e| anyhow::anyhow!("{}: native XDP attach failed: {e}", t.iface)),
+        XdpMode::Generic => try_mode(XdpFlags::SKB_MODE)
+            .map(|_| "generic")
+            .map_err(|e| anyhow::anyhow!("{}: generic XDP attach failed: {e}", t.iface)),
+        XdpMode::Auto => match try_mode(XdpFlags::DRV_MODE) {
+            Ok(()) => Ok("native"),
+            Err(_) => try_mode(XdpFlags::SKB_MODE)
+                .map(|_| "generic")
+                .map_err(|e| anyhow::anyhow!("{}: XDP attach failed: {e}", t.iface)),
+        },
+    }
+}
+
+fn attach_one(
+    opts: &AttachOpts,
+    t: &Target,
+    xskel: &skel::xdp::InkcacheXdpSkel<'_>,
+    tskel: &skel::tc::InkcacheTcSkel<'_>,
+    slots: u32,
+    allow: &[IpNet],
+    group: &[String],
+) -> Result<AttachInfo> {
+    let xprog = &xskel.progs.inkcache_xdp;
+    let tprog = &tskel.progs.inkcache_tc_egress;
+    let mode = xdp_attach(xprog, t, opts.xdp_mode)?;
+
+    let mut hook = TcHookBuilder::new(tprog.as_fd())
+        .ifindex(t.ifindex as i32)
+        .replace(false)
+        .handle(TC_HANDLE)
+        .priority(TC_PRIORITY)
+        .hook(TC_EGRESS);
+    hook.create()
+        .with_context(|| format!("{}: creating the clsact qdisc", t.iface))?;
+    if let Err(e) = hook.attach() {
+        let _ = Xdp::new(xprog.as_fd()).detach(t.ifindex as i32, XdpFlags::NONE);
+        return Err(anyhow::anyhow!(
+            "{}: attaching the TC egress program: {e}",
+            t.iface
+        ));
+    }
+
+    let info = AttachInfo {
+        iface: t.iface.clone(),
+        ifindex: t.ifindex,
+        netns: sys::netns_name().map(str::to_string),
+        xdp_mode: mode.into(),
+        xdp_prog_id: Program::id_from_fd(xprog.as_fd())?,
+        tc_prog_id: Program::id_from_fd(tprog.as_fd())?,
+        tc_handle: TC_HANDLE,
+        tc_priority: TC_PRIORITY,
+        ports: opts.ports.clone(),
+        allow: allow.iter().map(|n| n.to_string()).collect(),
+        cache_mb: opts.cache_mb,
+        slots,
+        entry_bytes: ENTRY_BYTES as u32,
+        item_max: ITEM_MAX as u32,
+        max_age_secs: opts.max_age_secs,
+        group: group.to_vec(),
+    };
+    let pin = || -> Result<()> {
+        std::fs::create_dir_all(&t.dir).with_context(|| format!("creating {}", t.dir.display()))?;
+        let m = &xskel.maps;
+        let maps: [(&str, &dyn MapCore); 7] = [
+            ("cache", &m.cache),
+            ("stats", &m.stats),
+            ("ports", &m.ports),
+            ("allow", &m.allow),
+            ("pending", &m.pending),
+            ("global", &m.global),
+            ("meta", &m.meta),
+        ];
+        for (name, map) in maps {
+            pin_fd(map.as_fd(), &t.dir.join(name))?;
+        }
+        pin_fd(xprog.as_fd(), &t.dir.join("xdp"))?;
+        pin_fd(tprog.as_fd(), &t.dir.join("tc_egress"))?;
+        pins::write_info(&m.meta, &info)
+    };
+    if let Err(e) = pin() {
+        let _ = detach_info(&info, &t.dir);
+        return Err(e);
+    }
+    Ok(info)
+}
+
+/// Pins a map or program fd at `path` in bpffs.
+fn pin_fd(fd: std::os::fd::BorrowedFd<'_>, path: &std::path::Path) -> Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+    // SAFETY: `fd` is a live BPF object fd for the duration of the borrow, and `c` is a
+    // NUL-terminated path that outlives the call.
+    let r = unsafe { libbpf_sys::bpf_obj_pin(fd.as_raw_fd(), c.as_ptr()) };
+    if r != 0 {
+        return Err(std::io::Error::from_raw_os_error(-r))
+            .with_context(|| format!("pinning {}", path.display()));
+    }
+    Ok(())
+}
+
+fn undo_one(t: &Target) -> Result<()> {
+    pins::remove_dir(&t.dir)
+}
+
+/// Removes what `attach` put on `iface` (its XDP program, its TC filter, its pins) and nothing else.
+pub fn detach(iface: &str) -> Result<AttachInfo> {
+    sys::require_root()?;
+    sys::ensure_bpffs()?;
+    let dir = pins::dir_for(iface)?;
+    if !dir.exists() {
+        return Err(Error::NotAttached(iface.into()).into());
+    }
+    let info = pins::read_info(&dir)?;
+    detach_info(&info, &dir)?;
+    Ok(info)
+}
+
+fn detach_info(info: &AttachInfo, dir: &std::path::Path) -> Result<()> {
+    // The interface may be gone (then the kernel already removed the attachments) or renumbered.
+    if sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
+        let ifindex = info.ifindex as i32;
+        if let Ok(fd) = Program::fd_from_pinned_path(dir.join("xdp")) {
+            let x = Xdp::new(fd.as_fd());
+            let q = x.query(ifindex, XdpFlags::NONE)?;
+            let flags = if info.xdp_mode == "generic" {
+                XdpFlags::SKB_MODE
+            } else {
+                XdpFlags::DRV_MODE
+            };
+            let current = if info.xdp_mode == "generic" {
+                q.skb_prog_id
+            } else {
+                q.drv_prog_id
+            };
+            if current == info.xdp_prog_id {
+                // Detach only if ours is still the one attached (XDP_FLAGS_REPLACE with old fd).
+                let opts = libbpf_sys::bpf_xdp_attach_opts {
+                    sz: std::mem::size_of::<libbpf_sys::bpf_xdp_attach_opts>() as _,
+                    old_prog_fd: fd.as_raw_fd(),
+                    ..Default::default()
+                };
+                // SAFETY: plain syscall wrapper; `opts` is a valid, sized struct living across the
+                // call and `old_prog_fd` is an open fd owned by `fd`.
+                let r = unsafe {
+                    libbpf_sys::bpf_xdp_detach(ifindex, (flags | XdpFlags::REPLACE).bits(), &opts)
+                };
+                if r != 0 {
+                    return Err(std::io::Error::from_raw_os_error(-r))
+                        .with_context(|| format!("{}: detaching the XDP program", info.iface));
+                }
+            }
+        }
+        if let Ok(fd) = Program::fd_from_pinned_path(dir.join("tc_egress")) {
+            let mut hook = TcHookBuilder::new(fd.as_fd())
+                .ifindex(ifindex)
+                .handle(info.tc_handle)
+                .priority(info.tc_priority)
+                .hook(TC_EGRESS);
+            if hook.query().ok() == Some(info.tc_prog_id) {
+                hook.detach()
+                    .with_context(|| format!("{}: detaching the TC program", info.iface))?;
+            }
+        }
+    }
+    pins::remove_dir(dir)
+}
+
+/// Attaches a pass-through XDP program to the peer end of a veth pair (needed for XDP_TX replies
+/// to be delivered), or removes it.
+pub fn veth_peer(iface: &str, remove: bool) -> Result<()> {
+    sys::require_root()?;
+    let ifindex = sys::ifindex(iface)? as i32;
+    let mut obj = MaybeUninit::uninit();
+    let open = skel::pass::InkcachePassSkelBuilder::default().open(&mut obj)?;
+    let sk = open.load().map_err(|e| load_err("pass", e))?;
+    let x = Xdp::new(sk.progs.inkcache_pass.as_fd());
+    if remove {
+        x.detach(ifindex, XdpFlags::DRV_MODE)
+            .with_context(|| format!("{iface}: removing the XDP program"))?;
+        return Ok(());
+    }
+    let q = x.query(ifindex, XdpFlags::NONE)?;
+    if q.prog_id != 0 {
+        return Ok(()); // any XDP program on the peer is enough
+    }
+    x.attach(ifindex, XdpFlags::DRV_MODE | XdpFlags::UPDATE_IF_NOEXIST)
+        .with_context(|| format!("{iface}: attaching the pass-through XDP program"))
+}

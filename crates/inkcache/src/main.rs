@@ -1,0 +1,258 @@
+//! `inkcache`: attach the in-kernel memcached cache to interfaces, detach it, read its counters.
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use ipnet::IpNet;
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use inkcache::{pins, sys, AttachOpts, Stats, XdpMode};
+
+#[derive(Parser)]
+#[command(
+    name = "inkcache",
+    version,
+    about = "In-kernel cache for memcached: UDP gets answered by XDP"
+)]
+struct Cli {
+    /// Run inside this network namespace (a name under /run/netns, as `ip netns` makes).
+    #[arg(long, global = true)]
+    netns: Option<String>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Load the cache and attach it to interfaces; it keeps serving after this command exits.
+    Attach {
+        /// Interface the server is reached on (repeat for several; they share one cache).
+        #[arg(long = "iface", required = true)]
+        ifaces: Vec<String>,
+        /// memcached port, UDP and TCP (repeat for several).
+        #[arg(long = "port", default_values_t = [11211u16], value_parser = parse_port)]
+        ports: Vec<u16>,
+        /// Sources the kernel may answer (repeat); default: the interfaces' connected subnets.
+        #[arg(long = "allow", value_parser = parse_cidr)]
+        allow: Vec<IpNet>,
+        /// Memory for cached items, in MiB.
+        #[arg(long, default_value_t = 64)]
+        cache_mb: u32,
+        #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
+        xdp_mode: XdpMode,
+        /// Seconds an item filled from a reply may be served (0 disables the kernel cache).
+        #[arg(long, default_value_t = 60)]
+        max_age: u64,
+        /// Get requests remembered while their replies are awaited.
+        #[arg(long, default_value_t = 65536)]
+        pending: u32,
+        /// Debug: never invalidate (for proving the consistency checker can fail).
+        #[arg(long, hide = true)]
+        debug_no_invalidation: bool,
+    },
+    /// Remove everything `attach` put on an interface (other programs stay).
+    Detach {
+        #[arg(long)]
+        iface: String,
+    },
+    /// Counters of the cache attached to an interface, summed over CPUs.
+    Stats {
+        #[arg(long)]
+        iface: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What is attached where.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a pass-through XDP program on the peer of a veth pair, so XDP_TX replies get through.
+    VethPeer {
+        #[arg(long)]
+        iface: String,
+        /// Remove it instead.
+        #[arg(long)]
+        remove: bool,
+    },
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    match s.parse::<u32>() {
+        Ok(p) if (1..=65535).contains(&p) => Ok(p as u16),
+        _ => Err(format!("port out of range: {s} (1-65535)")),
+    }
+}
+
+fn parse_cidr(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("bad CIDR: {s} (expected e.g. 198.18.0.0/15 or fd00::/8)"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("inkcache: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    if let Some(ns) = &cli.netns {
+        sys::require_root()?;
+        sys::enter_netns(ns)?;
+    }
+    match cli.cmd {
+        Cmd::Attach {
+            ifaces,
+            ports,
+            allow,
+            cache_mb,
+            xdp_mode,
+            max_age,
+            pending,
+            debug_no_invalidation,
+        } => {
+            let opts = AttachOpts {
+                ifaces,
+                ports,
+                allow,
+                cache_mb,
+                xdp_mode,
+                max_age_secs: max_age,
+                pending_entries: pending,
+                debug_no_invalidation,
+            };
+            for info in inkcache::attach(&opts)? {
+                println!(
+                    "attached to {} ({} XDP), ports {:?}, {} slots of {} bytes, allow {}",
+                    info.iface,
+                    info.xdp_mode,
+                    info.ports,
+                    info.slots,
+                    info.entry_bytes,
+                    info.allow.join(",")
+                );
+            }
+        }
+        Cmd::Detach { iface } => {
+            inkcache::detach(&iface)?;
+            println!("detached from {iface}");
+        }
+        Cmd::Stats { iface, json } => {
+            sys::require_root()?;
+            sys::ensure_bpffs()?;
+            let dir = pins::dir_for(&iface)?;
+            if !dir.exists() {
+                return Err(inkcache::Error::NotAttached(iface).into());
+            }
+            let s = Stats::read(&dir)?;
+            if json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                for (k, v) in s.fields() {
+                    println!("{k:<18}{v}");
+                }
+            }
+        }
+        Cmd::Status { json } => status(json)?,
+        Cmd::VethPeer { iface, remove } => inkcache::attach::veth_peer(&iface, remove)?,
+    }
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct StatusRow {
+    #[serde(flatten)]
+    info: inkcache::AttachInfo,
+    pin_dir: String,
+    /// Whether the XDP program recorded at attach is still the one on the interface.
+    xdp_attached: bool,
+    cache_bytes: u64,
+    filled_slots: u64,
+}
+
+fn filled(dir: &std::path::Path) -> Result<u64> {
+    let m = MapHandle::from_pinned_path(dir.join("cache")).context("opening the cache map")?;
+    let mut n = 0;
+    for i in 0..m.max_entries() {
+        if let Some(v) = m.lookup(&i.to_ne_bytes(), MapFlags::ANY)? {
+            // struct ink_entry: 4-byte spin lock, then u32 len
+            if u32::from_ne_bytes(v[4..8].try_into()?) != 0 {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+fn status(json: bool) -> Result<()> {
+    sys::require_root()?;
+    sys::ensure_bpffs()?;
+    let mut rows = Vec::new();
+    for dir in pins::list()? {
+        let info = pins::read_info(&dir)?;
+        let xdp_attached = if sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
+            let fd = libbpf_rs::Program::fd_from_pinned_path(dir.join("xdp"))?;
+            let q = libbpf_rs::Xdp::new(std::os::fd::AsFd::as_fd(&fd))
+                .query(info.ifindex as i32, libbpf_rs::XdpFlags::NONE)?;
+            [q.prog_id, q.drv_prog_id, q.skb_prog_id].contains(&info.xdp_prog_id)
+        } else {
+            false
+        };
+        rows.push(StatusRow {
+            cache_bytes: info.slots as u64 * info.entry_bytes as u64,
+            filled_slots: filled(&dir)?,
+            pin_dir: dir.display().to_string(),
+            xdp_attached,
+            info,
+        });
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("inkcache is not attached anywhere");
+    }
+    for r in rows {
+        let i = &r.info;
+        println!(
+            "{} (ifindex {}{})",
+            i.iface,
+            i.ifindex,
+            if r.xdp_attached {
+                ""
+            } else {
+                ", XDP NOT ATTACHED"
+            }
+        );
+        println!(
+            "  mode        {} XDP, TC egress filter {:#x}/{:#x}",
+            i.xdp_mode, i.tc_handle, i.tc_priority
+        );
+        println!("  ports       {:?}", i.ports);
+        println!("  allow       {}", i.allow.join(", "));
+        println!(
+            "  cache       {} slots x {} bytes = {:.1} MiB (items up to {} bytes), {} filled ({:.1}%)",
+            i.slots,
+            i.entry_bytes,
+            r.cache_bytes as f64 / 1048576.0,
+            i.item_max,
+            r.filled_slots,
+            100.0 * r.filled_slots as f64 / i.slots.max(1) as f64
+        );
+        println!("  max age     {} s", i.max_age_secs);
+        if i.group.len() > 1 {
+            println!("  shared with {}", i.group.join(", "));
+        }
+        println!("  pinned at   {}", r.pin_dir);
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! Where an attachment lives in bpffs and the record the control plane keeps of it.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use serde::{Deserialize, Serialize};
+
+use crate::sys::{self, BPFFS};
+
+/// The maps every attachment pins (shared by all interfaces attached in one command).
+pub const MAPS: &[&str] = &[
+    "cache", "stats", "ports", "allow", "pending", "global", "meta",
+];
+pub const PROGS: &[&str] = &["xdp", "tc_egress"];
+
+/// What `attach` did to one interface; stored as JSON in the pinned `meta` map.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AttachInfo {
+    pub iface: String,
+    pub ifindex: u32,
+    /// Network namespace (a name under /run/netns) given with `--netns`.
+    pub netns: Option<String>,
+    /// "native" or "generic".
+    pub xdp_mode: String,
+    pub xdp_prog_id: u32,
+    pub tc_prog_id: u32,
+    pub tc_handle: u32,
+    pub tc_priority: u32,
+    pub ports: Vec<u16>,
+    pub allow: Vec<String>,
+    pub cache_mb: u32,
+    pub slots: u32,
+    pub entry_bytes: u32,
+    pub item_max: u32,
+    pub max_age_secs: u64,
+    /// Interfaces attached by the same command: they share the cache and the counters.
+    pub group: Vec<String>,
+}
+
+pub fn root() -> PathBuf {
+    Path::new(BPFFS).join("inkcache")
+}
+
+/// `/sys/fs/bpf/inkcache/<iface>`, or `<iface>@<netns>` when run with `--netns` (interface names
+/// are per namespace, bpffs is not).
+pub fn dir_for(iface: &str) -> Result<PathBuf> {
+    Ok(root().join(match sys::netns_name() {
+        None => iface.to_string(),
+        Some(ns) => format!("{iface}@{ns}"),
+    }))
+}
+
+pub fn read_info(dir: &Path) -> Result<AttachInfo> {
+    let meta = MapHandle::from_pinned_path(dir.join("meta"))
+        .with_context(|| format!("opening {}/meta", dir.display()))?;
+    let raw = meta
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
+        .context("attachment record is empty")?;
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    serde_json::from_slice(&raw[..end]).context("attachment record is not valid JSON")
+}
+
+pub fn write_info(meta: &dyn MapCore, info: &AttachInfo) -> Result<()> {
+    let mut buf = serde_json::to_vec(info)?;
+    anyhow::ensure!(buf.len() < 4096, "attachment record too large");
+    buf.resize(4096, 0);
+    meta.update(&0u32.to_ne_bytes(), &buf, MapFlags::ANY)
+        .context("writing attachment record")
+}
+
+/// Every attachment directory under /sys/fs/bpf/inkcache.
+pub fn list() -> Result<Vec<PathBuf>> {
+    let mut v = Vec::new();
+    match fs::read_dir(root()) {
+        Ok(rd) => {
+            for e in rd {
+                let e = e?;
+                if e.file_type()?.is_dir() {
+                    v.push(e.path());
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).context("reading /sys/fs/bpf/inkcache"),
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// Unpins everything in an attachment directory and removes it (and the root if empty).
+pub fn remove_dir(dir: &Path) -> Result<()> {
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd {
+            let p = e?.path();
+            fs::remove_file(&p).with_context(|| format!("unpinning {}", p.display()))?;
+        }
+        fs::remove_dir(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    let _ = fs::remove_dir(root()); // only succeeds when empty
+    Ok(())
+}

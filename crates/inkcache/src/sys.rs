@@ -1,0 +1,96 @@
+//! Host facts the control plane needs: privileges, bpffs, network namespaces, interfaces.
+use std::{fs, path::Path, sync::OnceLock};
+
+use anyhow::{Context, Result};
+use ipnet::IpNet;
+use nix::{
+    mount::{mount, MsFlags},
+    sched::{setns, CloneFlags},
+};
+
+use crate::Error;
+
+pub const BPFFS: &str = "/sys/fs/bpf";
+
+pub fn require_root() -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(Error::NotRoot.into());
+    }
+    Ok(())
+}
+
+/// Mounts bpffs at /sys/fs/bpf unless it is there already.
+pub fn ensure_bpffs() -> Result<()> {
+    let is_bpffs = fs::read_to_string("/proc/self/mounts")
+        .context("reading /proc/self/mounts")?
+        .lines()
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 2 && f[1] == BPFFS && f[2] == "bpf"
+        });
+    if !is_bpffs {
+        mount(
+            Some("bpf"),
+            BPFFS,
+            Some("bpf"),
+            MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(|e| {
+            Error::KernelLacks(format!("a BPF filesystem at {BPFFS} (mount failed: {e})"))
+        })?;
+    }
+    Ok(())
+}
+
+/// Moves this process into the named network namespace (as `ip netns exec` would, but keeping the
+/// mount namespace so pins land in the host's bpffs).
+pub fn enter_netns(name: &str) -> Result<()> {
+    let path = Path::new("/run/netns").join(name);
+    let f = fs::File::open(&path).map_err(|e| {
+        Error::Usage(format!(
+            "no such network namespace: {name} ({}: {e})",
+            path.display()
+        ))
+    })?;
+    setns(f, CloneFlags::CLONE_NEWNET).with_context(|| format!("entering netns {name}"))?;
+    let _ = NETNS.set(name.to_string());
+    Ok(())
+}
+
+static NETNS: OnceLock<String> = OnceLock::new();
+
+/// The network namespace entered with [`enter_netns`], if any.
+pub fn netns_name() -> Option<&'static str> {
+    NETNS.get().map(String::as_str)
+}
+
+pub fn ifindex(iface: &str) -> Result<u32> {
+    nix::net::if_::if_nametoindex(iface).map_err(|_| Error::NoSuchInterface(iface.into()).into())
+}
+
+/// The prefixes of the addresses configured on `iface` (its connected subnets).
+pub fn connected_subnets(iface: &str) -> Result<Vec<IpNet>> {
+    let mut nets = Vec::new();
+    for ifa in nix::ifaddrs::getifaddrs().context("listing interface addresses")? {
+        if ifa.interface_name != iface {
+            continue;
+        }
+        let (Some(addr), Some(mask)) = (ifa.address, ifa.netmask) else {
+            continue;
+        };
+        let net = if let (Some(a), Some(m)) = (addr.as_sockaddr_in(), mask.as_sockaddr_in()) {
+            let prefix = u32::from(m.ip()).count_ones() as u8;
+            IpNet::new(a.ip().into(), prefix).ok()
+        } else if let (Some(a), Some(m)) = (addr.as_sockaddr_in6(), mask.as_sockaddr_in6()) {
+            let prefix = u128::from(m.ip()).count_ones() as u8;
+            IpNet::new(a.ip().into(), prefix).ok()
+        } else {
+            None
+        };
+        if let Some(n) = net {
+            nets.push(n.trunc());
+        }
+    }
+    Ok(nets)
+}
