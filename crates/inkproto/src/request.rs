@@ -422,13 +422,6 @@ pub fn parse_request_with<'a>(
             let cas = cmd.len() == 4;
             let gat = cmd[1] == b'a';
             let first_key = if gat { 2 } else { 1 };
-            if gat && n < 3 {
-                // memcached: "gat <exptime>" alone is an error on the exptime or the key.
-                if parse_i32(tok(1)).is_none() {
-                    return err(ErrorKind::InvalidExptime);
-                }
-                return err(ErrorKind::UnknownCommand);
-            }
             let exptime = if gat {
                 match parse_i32(tok(1)) {
                     Some(e) => e,
