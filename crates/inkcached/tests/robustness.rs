@@ -1,0 +1,168 @@
+//! Bad input, slow and half-open clients, signals, flags and ports.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn bad_input_gets_error_and_connection_survives() {
+    let srv = inkcached(&[]);
+    let mut c = connect(srv.port);
+    assert_eq!(request_until(&mut c, b"nonsense\r\n", b"\r\n"), b"ERROR\r\n");
+    assert_eq!(
+        request_until(&mut c, b"set k 0 0 x\r\n", b"\r\n"),
+        b"CLIENT_ERROR bad command line format\r\n"
+    );
+    assert_eq!(
+        request_until(&mut c, b"set k 0 0 2\r\nabcd\r\n", b"ERROR\r\n"),
+        b"CLIENT_ERROR bad data chunk\r\nERROR\r\n"
+    );
+    // A too-large value is swallowed: the bytes after it are the next command.
+    let mut big = b"set k 0 0 2000000\r\n".to_vec();
+    big.extend(std::iter::repeat_n(b'z', 2_000_000));
+    big.extend_from_slice(b"\r\nget k\r\n");
+    assert_eq!(
+        request_until(&mut c, &big, b"END\r\n"),
+        b"SERVER_ERROR object too large for cache\r\nEND\r\n"
+    );
+    // Binary garbage.
+    let garbage: Vec<u8> = (0..=255u8).cycle().take(1000).filter(|&b| b != b'\n').collect();
+    c.write_all(&garbage).unwrap();
+    assert_eq!(request_until(&mut c, b"\r\n", b"\r\n"), b"ERROR\r\n");
+    assert_eq!(
+        request_until(&mut c, b"set k 0 0 1\r\na\r\nget k\r\n", b"END\r\n"),
+        b"STORED\r\nVALUE k 0 1\r\na\r\nEND\r\n"
+    );
+    // A line too long without a newline closes only that connection, as in memcached.
+    let mut d = connect(srv.port);
+    let r = roundtrip_quiet(&mut d, &[b'x'; 5000], Duration::from_millis(500));
+    assert!(r.ends_with(b"<EOF>"), "{:?}", String::from_utf8_lossy(&r));
+    assert_eq!(request_until(&mut c, b"get k\r\n", b"END\r\n"), b"VALUE k 0 1\r\na\r\nEND\r\n");
+}
+
+#[test]
+fn slow_and_half_open_clients_do_not_stall_others() {
+    let srv = inkcached(&["-t", "1"]);
+    // Half a request, then silence.
+    let mut half = connect(srv.port);
+    half.write_all(b"set k 0 0 100\r\nabc").unwrap();
+    let mut half2 = connect(srv.port);
+    half2.write_all(b"get k").unwrap();
+    // A client that sends many big gets and never reads its answers.
+    let mut c = connect(srv.port);
+    let val = vec![b'v'; 500_000];
+    let mut req = format!("set big 0 0 {}\r\n", val.len()).into_bytes();
+    req.extend_from_slice(&val);
+    req.extend_from_slice(b"\r\n");
+    assert_eq!(request_until(&mut c, &req, b"\r\n"), b"STORED\r\n");
+    let mut hog = connect(srv.port);
+    hog.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+    for _ in 0..200 {
+        if hog.write_all(b"get big\r\n").is_err() {
+            break;
+        }
+    }
+    // Meanwhile everyone else is served promptly, on the same (single) worker thread.
+    let t = Instant::now();
+    for i in 0..50 {
+        let mut o = connect(srv.port);
+        let r = request_until(&mut o, format!("set o{i} 0 0 1\r\nx\r\nget o{i}\r\n").as_bytes(), b"END\r\n");
+        assert_eq!(r, format!("STORED\r\nVALUE o{i} 0 1\r\nx\r\nEND\r\n").as_bytes());
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    // The hog still gets correct data when it finally reads.
+    let mut buf = vec![0u8; 600_000];
+    hog.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 500_030 {
+        let n = hog.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"VALUE big 0 500000\r\nvvvv"));
+    drop(half);
+    drop(half2);
+}
+
+#[test]
+fn many_pipelined_requests_in_one_write() {
+    let srv = inkcached(&[]);
+    let mut c = connect(srv.port);
+    let mut req = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..2000 {
+        req.extend_from_slice(format!("set p{i} {i} 0 {}\r\n{i}\r\n", i.to_string().len()).as_bytes());
+        want.extend_from_slice(b"STORED\r\n");
+    }
+    for i in 0..2000 {
+        req.extend_from_slice(format!("get p{i}\r\n").as_bytes());
+        want.extend_from_slice(format!("VALUE p{i} {i} {}\r\n{i}\r\nEND\r\n", i.to_string().len()).as_bytes());
+    }
+    req.extend_from_slice(b"version\r\n");
+    let mut w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&req).unwrap());
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !got.ends_with(b"\r\n") || got.len() <= want.len() {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    writer.join().unwrap();
+    assert_eq!(&got[..want.len()], &want[..]);
+    assert!(got[want.len()..].starts_with(b"VERSION "));
+}
+
+#[test]
+fn sigterm_shuts_down_cleanly() {
+    let mut srv = inkcached(&[]);
+    let _c = connect(srv.port);
+    // SAFETY: kill with a valid pid of our own child and a valid signal number.
+    unsafe {
+        libc::kill(srv.child.id() as i32, libc::SIGTERM);
+    }
+    let t = Instant::now();
+    loop {
+        if let Some(st) = srv.child.try_wait().unwrap() {
+            assert!(st.success(), "exit status {st:?}");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run_fail(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_inkcached"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn port_in_use_and_bad_flags_give_one_line() {
+    let srv = inkcached(&[]);
+    let p = srv.port.to_string();
+    for args in [
+        vec!["-p", &p, "-U", "0", "-l", "127.0.0.1"],
+        vec!["-p", "0", "-U", &p, "-l", "127.0.0.1"],
+    ] {
+        let (code, err) = run_fail(&args);
+        assert_ne!(code, 0);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("Address already in use") && err.contains(&p), "{err}");
+    }
+    for args in [vec!["-x"], vec!["-t", "zero"], vec!["-I", "5q"], vec!["-l", "nohost"]] {
+        let (code, err) = run_fail(&args);
+        assert_ne!(code, 0, "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("inkcached: "), "{err}");
+    }
+}
