@@ -50,7 +50,11 @@ pub fn execute(sh: &Arc<Shared>, w: usize, req: Request<'_>, out: &mut Vec<u8>) 
                 let hit = store.get(key, None, |it| {
                     resp::value(out, key, it.flags(), it.value(), cas.then(|| it.cas()))
                 });
-                st.inc(if hit.is_some() { C::get_hits } else { C::get_misses });
+                st.inc(if hit.is_some() {
+                    C::get_hits
+                } else {
+                    C::get_misses
+                });
             }
             resp::end(out);
         }
@@ -138,10 +142,9 @@ pub fn execute(sh: &Arc<Shared>, w: usize, req: Request<'_>, out: &mut Vec<u8>) 
                 match r {
                     DeltaResult::Ok(v, _) => resp::number(out, v),
                     DeltaResult::NotFound | DeltaResult::Exists => resp::not_found(out),
-                    DeltaResult::NonNumeric => resp::client_error(
-                        out,
-                        "cannot increment or decrement non-numeric value",
-                    ),
+                    DeltaResult::NonNumeric => {
+                        resp::client_error(out, "cannot increment or decrement non-numeric value")
+                    }
                 }
             }
         }
@@ -252,7 +255,11 @@ fn stats(sh: &Shared, group: Option<&[u8]>, out: &mut Vec<u8>) {
             resp::stat(
                 out,
                 "inter",
-                if s.listen.is_empty() { "NULL" } else { &s.listen },
+                if s.listen.is_empty() {
+                    "NULL"
+                } else {
+                    &s.listen
+                },
             );
             resp::stat(out, "verbosity", sh.verbosity.load(Ordering::Relaxed));
             resp::stat(out, "evictions", "on");
@@ -311,7 +318,7 @@ fn b64_decode(s: &[u8]) -> Option<Vec<u8>> {
             _ => return None,
         } as u32)
     };
-    if s.is_empty() || s.len() % 4 != 0 {
+    if s.is_empty() || s.len() & 3 != 0 {
         return None;
     }
     let mut out = Vec::with_capacity(s.len() / 4 * 3);
@@ -489,13 +496,7 @@ fn meta(
                 Some(c) => Mode::Cas(c),
                 None => mode,
             };
-            let r = store.store(
-                mode,
-                key,
-                fl.unwrap_or(0) as u32,
-                ttl.unwrap_or(0),
-                data,
-            );
+            let r = store.store(mode, key, fl.unwrap_or(0) as u32, ttl.unwrap_or(0), data);
             if let StoreResult::Stored(c) = r {
                 if flags.has(b'c') {
                     push_flag(&mut f, b'c', c.to_string().as_bytes());
@@ -569,7 +570,11 @@ fn meta(
             } else {
                 (C::decr_hits, C::decr_misses)
             };
-            st.inc(if r == DeltaResult::NotFound { miss } else { hit });
+            st.inc(if r == DeltaResult::NotFound {
+                miss
+            } else {
+                hit
+            });
             match r {
                 DeltaResult::Ok(v, c) => {
                     let now = store.now();

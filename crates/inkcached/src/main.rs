@@ -88,7 +88,10 @@ fn run(cli: Cli) -> Result<()> {
     }
     let max_bytes = (cli.memory_mb.max(1) as usize) << 20;
     if cli.max_item > max_bytes / 2 {
-        bail!("-I {} is larger than half the memory limit (-m)", cli.max_item);
+        bail!(
+            "-I {} is larger than half the memory limit (-m)",
+            cli.max_item
+        );
     }
     let addrs = listen_addrs(&cli)?;
     let n = cli.threads;

@@ -201,7 +201,8 @@ impl Conn {
             }
             reads += 1;
             // Make room: compact, then grow if a request needs more than the buffer holds.
-            if self.rstart > 0 && (self.rend == self.rbuf.len() || self.rstart > self.rbuf.len() / 2)
+            if self.rstart > 0
+                && (self.rend == self.rbuf.len() || self.rstart > self.rbuf.len() / 2)
             {
                 self.rbuf.copy_within(self.rstart..self.rend, 0);
                 self.rend -= self.rstart;

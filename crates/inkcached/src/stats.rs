@@ -91,7 +91,12 @@ impl WorkerStats {
 /// Sums of every counter over the workers.
 pub fn sum(workers: &[WorkerStats]) -> Vec<u64> {
     (0..NAMES.len())
-        .map(|i| workers.iter().map(|w| w.get(i)).fold(0u64, u64::wrapping_add))
+        .map(|i| {
+            workers
+                .iter()
+                .map(|w| w.get(i))
+                .fold(0u64, u64::wrapping_add)
+        })
         .collect()
 }
 

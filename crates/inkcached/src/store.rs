@@ -349,7 +349,11 @@ impl Store {
         let idx = self.find(&mut sh, h, key, now)?;
         if let Some(e) = touch {
             let exp = self.realtime(e, now);
-            wr32(sh.slots[idx as usize].item.as_deref_mut().unwrap(), OFF_EXP, exp);
+            wr32(
+                sh.slots[idx as usize].item.as_deref_mut().unwrap(),
+                OFF_EXP,
+                exp,
+            );
         }
         if sh.head != idx {
             lru_remove(&mut sh, idx);
@@ -512,7 +516,10 @@ impl Store {
 
 /// memcached's `safe_strtoull` on a stored value: digits, then optional whitespace.
 fn parse_counter(v: &[u8]) -> Option<u64> {
-    let end = v.iter().position(|b| !b.is_ascii_digit()).unwrap_or(v.len());
+    let end = v
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(v.len());
     if end == 0 || !v[end..].iter().all(|b| b.is_ascii_whitespace()) {
         return None;
     }
@@ -569,17 +576,32 @@ mod tests {
     #[test]
     fn modes() {
         let s = Store::new(64 << 20, 1 << 20);
-        assert!(matches!(s.store(Mode::Set, b"a", 3, 0, b"x"), StoreResult::Stored(_)));
+        assert!(matches!(
+            s.store(Mode::Set, b"a", 3, 0, b"x"),
+            StoreResult::Stored(_)
+        ));
         assert_eq!(s.store(Mode::Add, b"a", 0, 0, b"y"), StoreResult::NotStored);
-        assert_eq!(s.store(Mode::Replace, b"b", 0, 0, b"y"), StoreResult::NotStored);
+        assert_eq!(
+            s.store(Mode::Replace, b"b", 0, 0, b"y"),
+            StoreResult::NotStored
+        );
         s.store(Mode::Append, b"a", 0, 0, b"z");
         s.store(Mode::Prepend, b"a", 0, 0, b"w");
         assert_eq!(get(&s, b"a").unwrap(), b"wxz");
         assert_eq!(s.get(b"a", None, |i| i.flags()), Some(3));
         let cas = s.get(b"a", None, |i| i.cas()).unwrap();
-        assert_eq!(s.store(Mode::Cas(cas + 100), b"a", 0, 0, b"q"), StoreResult::Exists);
-        assert!(matches!(s.store(Mode::Cas(cas), b"a", 0, 0, b"q"), StoreResult::Stored(_)));
-        assert_eq!(s.store(Mode::Cas(1), b"nope", 0, 0, b"q"), StoreResult::NotFound);
+        assert_eq!(
+            s.store(Mode::Cas(cas + 100), b"a", 0, 0, b"q"),
+            StoreResult::Exists
+        );
+        assert!(matches!(
+            s.store(Mode::Cas(cas), b"a", 0, 0, b"q"),
+            StoreResult::Stored(_)
+        ));
+        assert_eq!(
+            s.store(Mode::Cas(1), b"nope", 0, 0, b"q"),
+            StoreResult::NotFound
+        );
         assert_eq!(s.delete(b"a", None), Ok(true));
         assert_eq!(get(&s, b"a"), None);
         assert_eq!(s.delete(b"a", None), Ok(false));
@@ -589,13 +611,25 @@ mod tests {
     fn counters() {
         let s = Store::new(64 << 20, 1 << 20);
         s.store(Mode::Set, b"n", 0, 0, b"10");
-        assert!(matches!(s.delta(b"n", false, 1, None), DeltaResult::Ok(9, _)));
+        assert!(matches!(
+            s.delta(b"n", false, 1, None),
+            DeltaResult::Ok(9, _)
+        ));
         assert_eq!(get(&s, b"n").unwrap(), b"9 ");
-        assert!(matches!(s.delta(b"n", false, 100, None), DeltaResult::Ok(0, _)));
+        assert!(matches!(
+            s.delta(b"n", false, 100, None),
+            DeltaResult::Ok(0, _)
+        ));
         s.store(Mode::Set, b"n", 0, 0, b"18446744073709551615");
-        assert!(matches!(s.delta(b"n", true, 2, None), DeltaResult::Ok(1, _)));
+        assert!(matches!(
+            s.delta(b"n", true, 2, None),
+            DeltaResult::Ok(1, _)
+        ));
         s.store(Mode::Set, b"n", 0, 0, b"9");
-        assert!(matches!(s.delta(b"n", true, 1, None), DeltaResult::Ok(10, _)));
+        assert!(matches!(
+            s.delta(b"n", true, 1, None),
+            DeltaResult::Ok(10, _)
+        ));
         assert_eq!(get(&s, b"n").unwrap(), b"10");
         s.store(Mode::Set, b"t", 0, 0, b"abc");
         assert_eq!(s.delta(b"t", true, 1, None), DeltaResult::NonNumeric);

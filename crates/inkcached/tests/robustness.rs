@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 fn bad_input_gets_error_and_connection_survives() {
     let srv = inkcached(&[]);
     let mut c = connect(srv.port);
-    assert_eq!(request_until(&mut c, b"nonsense\r\n", b"\r\n"), b"ERROR\r\n");
+    assert_eq!(
+        request_until(&mut c, b"nonsense\r\n", b"\r\n"),
+        b"ERROR\r\n"
+    );
     assert_eq!(
         request_until(&mut c, b"set k 0 0 x\r\n", b"\r\n"),
         b"CLIENT_ERROR bad command line format\r\n"
@@ -28,7 +31,11 @@ fn bad_input_gets_error_and_connection_survives() {
         b"SERVER_ERROR object too large for cache\r\nEND\r\n"
     );
     // Binary garbage.
-    let garbage: Vec<u8> = (0..=255u8).cycle().take(1000).filter(|&b| b != b'\n').collect();
+    let garbage: Vec<u8> = (0..=255u8)
+        .cycle()
+        .take(1000)
+        .filter(|&b| b != b'\n')
+        .collect();
     c.write_all(&garbage).unwrap();
     assert_eq!(request_until(&mut c, b"\r\n", b"\r\n"), b"ERROR\r\n");
     assert_eq!(
@@ -39,7 +46,10 @@ fn bad_input_gets_error_and_connection_survives() {
     let mut d = connect(srv.port);
     let r = roundtrip_quiet(&mut d, &[b'x'; 5000], Duration::from_millis(500));
     assert!(r.ends_with(b"<EOF>"), "{:?}", String::from_utf8_lossy(&r));
-    assert_eq!(request_until(&mut c, b"get k\r\n", b"END\r\n"), b"VALUE k 0 1\r\na\r\nEND\r\n");
+    assert_eq!(
+        request_until(&mut c, b"get k\r\n", b"END\r\n"),
+        b"VALUE k 0 1\r\na\r\nEND\r\n"
+    );
 }
 
 #[test]
@@ -58,7 +68,8 @@ fn slow_and_half_open_clients_do_not_stall_others() {
     req.extend_from_slice(b"\r\n");
     assert_eq!(request_until(&mut c, &req, b"\r\n"), b"STORED\r\n");
     let mut hog = connect(srv.port);
-    hog.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+    hog.set_write_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     for _ in 0..200 {
         if hog.write_all(b"get big\r\n").is_err() {
             break;
@@ -68,10 +79,21 @@ fn slow_and_half_open_clients_do_not_stall_others() {
     let t = Instant::now();
     for i in 0..50 {
         let mut o = connect(srv.port);
-        let r = request_until(&mut o, format!("set o{i} 0 0 1\r\nx\r\nget o{i}\r\n").as_bytes(), b"END\r\n");
-        assert_eq!(r, format!("STORED\r\nVALUE o{i} 0 1\r\nx\r\nEND\r\n").as_bytes());
+        let r = request_until(
+            &mut o,
+            format!("set o{i} 0 0 1\r\nx\r\nget o{i}\r\n").as_bytes(),
+            b"END\r\n",
+        );
+        assert_eq!(
+            r,
+            format!("STORED\r\nVALUE o{i} 0 1\r\nx\r\nEND\r\n").as_bytes()
+        );
     }
-    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
     // The hog still gets correct data when it finally reads.
     let mut buf = vec![0u8; 600_000];
     hog.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -93,12 +115,16 @@ fn many_pipelined_requests_in_one_write() {
     let mut req = Vec::new();
     let mut want = Vec::new();
     for i in 0..2000 {
-        req.extend_from_slice(format!("set p{i} {i} 0 {}\r\n{i}\r\n", i.to_string().len()).as_bytes());
+        req.extend_from_slice(
+            format!("set p{i} {i} 0 {}\r\n{i}\r\n", i.to_string().len()).as_bytes(),
+        );
         want.extend_from_slice(b"STORED\r\n");
     }
     for i in 0..2000 {
         req.extend_from_slice(format!("get p{i}\r\n").as_bytes());
-        want.extend_from_slice(format!("VALUE p{i} {i} {}\r\n{i}\r\nEND\r\n", i.to_string().len()).as_bytes());
+        want.extend_from_slice(
+            format!("VALUE p{i} {i} {}\r\n{i}\r\nEND\r\n", i.to_string().len()).as_bytes(),
+        );
     }
     req.extend_from_slice(b"version\r\n");
     let mut w = c.try_clone().unwrap();
@@ -129,7 +155,10 @@ fn sigterm_shuts_down_cleanly() {
             assert!(st.success(), "exit status {st:?}");
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(5), "no exit after SIGTERM");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no exit after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -157,9 +186,17 @@ fn port_in_use_and_bad_flags_give_one_line() {
         let (code, err) = run_fail(&args);
         assert_ne!(code, 0);
         assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.contains("Address already in use") && err.contains(&p), "{err}");
+        assert!(
+            err.contains("Address already in use") && err.contains(&p),
+            "{err}"
+        );
     }
-    for args in [vec!["-x"], vec!["-t", "zero"], vec!["-I", "5q"], vec!["-l", "nohost"]] {
+    for args in [
+        vec!["-x"],
+        vec!["-t", "zero"],
+        vec!["-I", "5q"],
+        vec!["-l", "nohost"],
+    ] {
         let (code, err) = run_fail(&args);
         assert_ne!(code, 0, "{args:?}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");

@@ -12,12 +12,21 @@ fn memccapable_ascii_all_pass() {
     }
     let srv = inkcached(&[]);
     let out = Command::new("timeout")
-        .args(["120", "/usr/bin/memccapable", "-a", "-t", "5", "-h", "127.0.0.1", "-p"])
+        .args([
+            "120",
+            "/usr/bin/memccapable",
+            "-a",
+            "-t",
+            "5",
+            "-h",
+            "127.0.0.1",
+            "-p",
+        ])
         .arg(srv.port.to_string())
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "memccapable failed:\n{text}");
     assert!(text.contains("All tests passed"), "{text}");
     assert!(!text.contains("[fail]"), "{text}");
@@ -33,8 +42,8 @@ fn memcaslap(port: u16, udp: bool) -> String {
         cmd.arg("-U");
     }
     let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "memcaslap failed:\n{text}");
     text
 }
@@ -85,8 +94,8 @@ fn pymemcache_exercises_every_command() {
         .args(["60", "/usr/bin/python3", script, &srv.port.to_string()])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "pymemcache script failed:\n{text}");
     assert!(text.contains("ALL OK"), "{text}");
 }

@@ -68,7 +68,11 @@ fn start_with(program: &str, extra: &[&str]) -> Server {
 
 /// inkcached with `-t 2` and the given extra flags.
 pub fn inkcached(extra: &[&str]) -> Server {
-    let mut a = if extra.contains(&"-t") { vec![] } else { vec!["-t", "2"] };
+    let mut a = if extra.contains(&"-t") {
+        vec![]
+    } else {
+        vec!["-t", "2"]
+    };
     a.extend_from_slice(extra);
     start_with(env!("CARGO_BIN_EXE_inkcached"), &a)
 }
