@@ -641,7 +641,7 @@ mod tests {
         let s = Store::new(64 << 20, 1 << 20);
         s.store(Mode::Set, b"neg", 0, -1, b"x");
         assert_eq!(get(&s, b"neg"), None);
-        s.store(Mode::Set, b"old", 0, 1000, b"x"); // absolute time in 1970
+        s.store(Mode::Set, b"old", 0, 2_600_000, b"x"); // > 30 days: absolute, in 1970
         assert_eq!(get(&s, b"old"), None);
         s.store(Mode::Set, b"rel", 0, 100, b"x");
         assert!(get(&s, b"rel").is_some());

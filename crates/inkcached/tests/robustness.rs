@@ -203,3 +203,61 @@ fn port_in_use_and_bad_flags_give_one_line() {
         assert!(err.starts_with("inkcached: "), "{err}");
     }
 }
+
+/// Random and command-like garbage on several connections: the server survives and a clean
+/// client gets correct answers throughout.
+#[test]
+fn random_input_fuzz_keeps_server_healthy() {
+    let srv = inkcached(&[]);
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let words: &[&[u8]] = &[
+        b"get ",
+        b"set ",
+        b"cas ",
+        b"incr ",
+        b"mg ",
+        b"ms ",
+        b"ma ",
+        b"md ",
+        b"noreply",
+        b" 0",
+        b" -1",
+        b" 5",
+        b" 99999999",
+        b"\r\n",
+        b"\n",
+        b"k",
+        b"\0",
+        b"\xff",
+        b" ",
+    ];
+    let mut clean = connect(srv.port);
+    for round in 0..40 {
+        let mut c = connect(srv.port);
+        let mut junk = Vec::new();
+        for _ in 0..(next() % 400) {
+            if next() % 3 == 0 {
+                junk.push(next() as u8);
+            } else {
+                junk.extend_from_slice(words[(next() % words.len() as u64) as usize]);
+            }
+        }
+        let _ = c.write_all(&junk);
+        let key = format!("clean{round}");
+        let r = request_until(
+            &mut clean,
+            format!("set {key} 0 0 2\r\nok\r\nget {key}\r\n").as_bytes(),
+            b"END\r\n",
+        );
+        assert_eq!(
+            r,
+            format!("STORED\r\nVALUE {key} 0 2\r\nok\r\nEND\r\n").as_bytes()
+        );
+    }
+}
