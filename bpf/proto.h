@@ -75,8 +75,9 @@ static __always_inline __u64 keep_bytes(__u64 m, __u32 n)
 	return n >= 8 ? m : m & ((1ULL << (n * 8)) - 1);
 }
 
-/* Offset of the first space, '\r' or '\n' in buf[start, end), or end. Records in s->dirty whether
- * any byte before it is outside printable ASCII. Returns -1 if the scratch map is missing. */
+/* Offset of the first space, '\r' or '\n' in buf[start, end), or end: memcached's tokenizer splits
+ * on spaces only, so keys may hold any other byte. Records in s->dirty whether a byte before it is
+ * NUL or not ASCII (such keys are left to the server). Returns -1 if the scratch map is missing. */
 __noinline int scan_token(__u32 start, __u32 end)
 {
 	struct scratch *s = get_scratch();
@@ -94,7 +95,8 @@ __noinline int scan_token(__u32 start, __u32 end)
 		x = word_at(s, pos);
 		dm = zero_bytes(x ^ (ONES * ' ')) | zero_bytes(x ^ (ONES * '\r')) |
 		     zero_bytes(x ^ (ONES * '\n'));
-		bm = ((x - ONES * 0x21) & ~x & HIGHS) | (x & HIGHS) | zero_bytes(x ^ (ONES * 0x7f));
+		/* NUL, and bytes >= 0x80 (memcached takes them, the kernel leaves them to it) */
+		bm = zero_bytes(x) | (x & HIGHS) | dm;
 		dm = keep_bytes(dm, end - pos);
 		bm = keep_bytes(bm, end - pos);
 		if (dm) {

@@ -93,7 +93,20 @@ fn parse_cidr(s: &str) -> Result<IpNet, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print(); // --help, --version
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // one line: clap's first line without its "error: " prefix
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("invalid arguments");
+            eprintln!("inkcache: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,0 +1,288 @@
+//! Shared rig for the kernel-cache integration tests: a server namespace with a memcached-protocol
+//! server and inkcache attached to its veth, a client namespace, and helpers that talk to the
+//! server from the client side.
+#![allow(dead_code)]
+
+use std::{
+    io::{Read, Write},
+    net::{IpAddr, SocketAddr, TcpStream, UdpSocket},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use inkproto::{
+    client::{parse_response, Response},
+    udp::{frame_request, FrameHeader},
+};
+use testkit::{Netns, Pair, Server, SRV_V4};
+
+pub const PORT: u16 = 11211;
+
+pub struct Rig {
+    pub pair: Pair,
+    pub server: Server,
+    pub attached: bool,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_inkcache")
+}
+
+impl Rig {
+    /// Namespaces + server, nothing attached yet.
+    pub fn new() -> Result<Rig> {
+        let pair = Pair::new()?;
+        let server = Server::start(&pair.server, PORT)?;
+        // XDP_TX on veth needs an XDP program on the peer end.
+        run_ok(Command::new(bin()).args([
+            "--netns",
+            &pair.client.name,
+            "veth-peer",
+            "--iface",
+            &pair.cli_if,
+        ]))?;
+        Ok(Rig {
+            pair,
+            server,
+            attached: false,
+        })
+    }
+
+    /// Namespaces + server + inkcache attached with default options plus `extra`.
+    pub fn attached(extra: &[&str]) -> Result<Rig> {
+        let mut r = Rig::new()?;
+        r.attach(extra)?;
+        Ok(r)
+    }
+
+    pub fn inkcache(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin())
+            .args(["--netns", &self.pair.server.name])
+            .args(args)
+            .output()
+            .expect("running inkcache")
+    }
+
+    pub fn attach(&mut self, extra: &[&str]) -> Result<()> {
+        let port = PORT.to_string();
+        let mut args = vec![
+            "attach",
+            "--iface",
+            &self.pair.srv_if,
+            "--port",
+            &port,
+            "--cache-mb",
+            "8",
+        ];
+        args.extend_from_slice(extra);
+        let out = self.inkcache(&args);
+        if !out.status.success() {
+            bail!("attach failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        self.attached = true;
+        Ok(())
+    }
+
+    pub fn detach(&mut self) -> Result<()> {
+        let out = self.inkcache(&["detach", "--iface", &self.pair.srv_if]);
+        if !out.status.success() {
+            bail!("detach failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        self.attached = false;
+        Ok(())
+    }
+
+    pub fn stats(&self) -> serde_json::Value {
+        let out = self.inkcache(&["stats", "--iface", &self.pair.srv_if, "--json"]);
+        assert!(
+            out.status.success(),
+            "stats: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("stats JSON")
+    }
+
+    pub fn stat(&self, name: &str) -> u64 {
+        self.stats()[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no counter {name}"))
+    }
+
+    pub fn server_addr(&self) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(SRV_V4), PORT)
+    }
+
+    /// Runs `f` in the client namespace.
+    pub fn client<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        self.pair.client.run(f)
+    }
+
+    /// A memcached `stats` counter, read over TCP from the client side.
+    pub fn mc_stat(&self, name: &str) -> u64 {
+        let addr = self.server_addr();
+        let r = self
+            .client(|| tcp_request(addr, b"stats\r\n"))
+            .expect("stats over TCP");
+        match r {
+            Response::Stats(v) => v
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or_else(|| panic!("memcached has no stat {name}")),
+            other => panic!("stats answered {other:?}"),
+        }
+    }
+
+    /// Sends a raw request over TCP from the client side and returns the parsed response.
+    pub fn tcp(&self, req: &[u8]) -> Response {
+        let addr = self.server_addr();
+        let req = req.to_vec();
+        self.client(move || tcp_request(addr, &req))
+            .expect("TCP request")
+    }
+
+    /// Sends a raw UDP datagram (frame header included) and collects every datagram that answers
+    /// the request id within `wait`.
+    pub fn udp_raw(&self, dgram: &[u8], wait: Duration) -> Vec<Vec<u8>> {
+        let addr = self.server_addr();
+        let d = dgram.to_vec();
+        self.client(move || udp_exchange(addr, &d, wait))
+            .expect("UDP exchange")
+    }
+
+    /// A UDP get from the client side: the concatenated payload of the reply (all datagrams of all
+    /// messages until END), or None on timeout.
+    pub fn udp_get(&self, req_id: u16, payload: &[u8]) -> Option<Vec<u8>> {
+        let dgrams = self.udp_raw(&frame_request(req_id, payload), Duration::from_millis(500));
+        assemble(&dgrams)
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if self.attached {
+            let _ = self.detach();
+        }
+    }
+}
+
+pub fn run_ok(cmd: &mut Command) -> Result<std::process::Output> {
+    testkit::sh(cmd)
+}
+
+pub fn tcp_request(addr: SocketAddr, req: &[u8]) -> Result<Response> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(req)?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Some((r, _)) = parse_response(&buf)? {
+            return Ok(r);
+        }
+        let n = s.read(&mut chunk).context("reading TCP response")?;
+        if n == 0 {
+            bail!(
+                "connection closed after {:?}",
+                String::from_utf8_lossy(&buf)
+            );
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Sends one datagram and gathers the replies with the same request id until `wait` has passed
+/// since the last one, or a reply ending in END/EN arrives complete.
+pub fn udp_exchange(addr: SocketAddr, dgram: &[u8], wait: Duration) -> Result<Vec<Vec<u8>>> {
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()?;
+    let s = UdpSocket::bind(bind)?;
+    s.send_to(dgram, addr)?;
+    let want = FrameHeader::decode(dgram).map(|h| h.request_id);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    let deadline = Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.recv_from(&mut buf) {
+            Ok((n, _)) => {
+                let d = buf[..n].to_vec();
+                if FrameHeader::decode(&d).map(|h| h.request_id) != want {
+                    continue;
+                }
+                out.push(d);
+                if assemble(&out).is_some() {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    Ok(out)
+}
+
+/// Joins datagrams into the reply payload: each message (a run of datagrams starting at sequence 0)
+/// is put in order; complete when a message ends with END\r\n (or is a single-line answer).
+pub fn assemble(dgrams: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let mut msgs: Vec<Vec<(u16, Vec<u8>)>> = Vec::new();
+    for d in dgrams {
+        let h = FrameHeader::decode(d)?;
+        if h.seq == 0 || msgs.is_empty() {
+            msgs.push(Vec::new());
+        }
+        msgs.last_mut()?.push((h.seq, d[8..].to_vec()));
+    }
+    let mut payload = Vec::new();
+    for mut m in msgs {
+        m.sort_by_key(|(s, _)| *s);
+        for (_, p) in m {
+            payload.extend_from_slice(&p);
+        }
+    }
+    match parse_response(&payload) {
+        Ok(Some((Response::Values(_), n))) if n == payload.len() => Some(payload),
+        Ok(Some((_, n))) if n == payload.len() => Some(payload),
+        _ => None,
+    }
+}
+
+pub fn values(payload: &[u8]) -> Vec<(Vec<u8>, u32, Vec<u8>)> {
+    match parse_response(payload) {
+        Ok(Some((Response::Values(items), _))) => items
+            .into_iter()
+            .map(|i| (i.key, i.flags, i.data))
+            .collect(),
+        other => panic!(
+            "not a retrieval reply: {other:?} from {:?}",
+            String::from_utf8_lossy(payload)
+        ),
+    }
+}
+
+/// Stores key=value over TCP (memcached answers STORED).
+pub fn set(rig: &Rig, key: &str, flags: u32, value: &[u8]) {
+    let mut req = Vec::new();
+    inkproto::client::store(
+        &mut req,
+        inkproto::client::Store::Set,
+        key.as_bytes(),
+        flags,
+        0,
+        value,
+        false,
+    );
+    assert_eq!(rig.tcp(&req), Response::Stored);
+}
+
+pub fn ns_of(rig: &Rig) -> &Netns {
+    &rig.pair.server
+}

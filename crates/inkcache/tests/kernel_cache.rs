@@ -1,0 +1,468 @@
+//! The in-kernel cache against real memcached in network namespaces: hits answered by XDP, fills,
+//! invalidation, multi-key gets, traffic that is not ours, the allowlist, detach, bad input.
+
+mod common;
+
+use std::{net::UdpSocket, time::Duration};
+
+use common::*;
+use inkproto::udp::frame_request;
+
+/// A hit is answered by the kernel: memcached's get_hits does not move, inkcache's hits does. The
+/// value is written by a third-party client (the `memcache` crate, over TCP).
+#[test]
+fn hit_is_answered_by_the_kernel() {
+    let rig = Rig::attached(&[]).unwrap();
+    let addr = rig.server_addr();
+    rig.client(move || {
+        let url = format!("memcache://{addr}?protocol=ascii&timeout=2");
+        let c = memcache::connect(url.as_str()).expect("memcache crate client");
+        c.set("alpha", "hello kernel", 0).expect("set");
+    });
+    // the first get misses in the kernel; memcached answers and its reply fills the cache
+    let first = rig.udp_get(1, b"get alpha\r\n").expect("reply");
+    assert_eq!(
+        values(&first),
+        vec![(b"alpha".to_vec(), 0, b"hello kernel".to_vec())]
+    );
+    assert_eq!(rig.stat("fills"), 1);
+
+    let mc_hits = rig.mc_stat("get_hits");
+    let k_hits = rig.stat("hits");
+    for i in 0..5 {
+        assert_eq!(rig.udp_get(10 + i, b"get alpha\r\n").unwrap(), first);
+    }
+    assert_eq!(
+        rig.mc_stat("get_hits"),
+        mc_hits,
+        "memcached must not see the hits"
+    );
+    assert_eq!(rig.stat("hits"), k_hits + 5);
+}
+
+/// libmemcached's memcaslap over UDP (gets and sets, every value verified) through the cache: no
+/// wrong value, and the kernel answers a share of the gets.
+#[test]
+fn memcaslap_udp_verifies_through_the_cache() {
+    let rig = Rig::attached(&[]).unwrap();
+    let server = format!("{}", rig.server_addr());
+    let out = testkit::sh(rig.pair.client.cmd("memcaslap").args([
+        "-s", &server, "-U", "-t", "3s", "-T", "1", "-c", "4", "-X", "64", "-v", "1.0", "-b",
+    ]))
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("memcaslap printed no {name}: {text}"))
+    };
+    assert_eq!(field("verify_failed"), 0, "{text}");
+    assert!(field("cmd_get") > 1000, "{text}");
+    let hits = rig.stat("hits");
+    assert!(
+        hits > 0,
+        "the kernel answered none of memcaslap's gets: {}",
+        rig.stats()
+    );
+    assert!(
+        rig.stat("invalidations") > 0,
+        "memcaslap's UDP sets invalidate"
+    );
+}
+
+/// The kernel's reply is byte-identical to memcached's (frame header included).
+#[test]
+fn reply_is_byte_identical_to_memcached() {
+    let rig = Rig::attached(&[]).unwrap();
+    for (i, (key, flags, val)) in [
+        ("k", 0u32, &b"v"[..]),
+        (
+            "key:with:colons",
+            4294967295,
+            &b"value with spaces and \r\n inside"[..],
+        ),
+        ("empty", 7, &b""[..]),
+        ("bin", 1, &[0u8, 255, 13, 10, 0, 1][..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        set(&rig, key, flags, val);
+        let req = frame_request(0x4242 + i as u16, format!("get {key}\r\n").as_bytes());
+        let hits = rig.stat("hits");
+        let from_memcached = rig.udp_raw(&req, Duration::from_millis(500));
+        assert_eq!(rig.stat("hits"), hits, "first get must reach memcached");
+        let from_kernel = rig.udp_raw(&req, Duration::from_millis(500));
+        assert_eq!(
+            rig.stat("hits"),
+            hits + 1,
+            "second get must be a kernel hit"
+        );
+        assert_eq!(from_memcached.len(), 1);
+        assert_eq!(from_kernel, from_memcached, "key {key}");
+    }
+}
+
+/// Misses reach memcached and later become hits; a set over TCP invalidates.
+#[test]
+fn miss_fill_hit_and_tcp_set_invalidates() {
+    let rig = Rig::attached(&[]).unwrap();
+    let nothing = rig.udp_get(1, b"get later\r\n").unwrap();
+    assert_eq!(nothing, b"END\r\n");
+    assert_eq!(rig.stat("misses"), 1);
+
+    set(&rig, "later", 3, b"v1");
+    assert_eq!(
+        values(&rig.udp_get(2, b"get later\r\n").unwrap())[0].2,
+        b"v1"
+    );
+    let hits = rig.stat("hits");
+    assert_eq!(
+        values(&rig.udp_get(3, b"get later\r\n").unwrap())[0].2,
+        b"v1"
+    );
+    assert_eq!(rig.stat("hits"), hits + 1);
+
+    let inv = rig.stat("invalidations");
+    set(&rig, "later", 3, b"v2 is longer");
+    assert!(rig.stat("invalidations") > inv);
+    let mc_hits = rig.mc_stat("get_hits");
+    assert_eq!(
+        values(&rig.udp_get(4, b"get later\r\n").unwrap())[0].2,
+        b"v2 is longer"
+    );
+    assert_eq!(
+        rig.mc_stat("get_hits"),
+        mc_hits + 1,
+        "after the set, memcached answers"
+    );
+    let hits = rig.stat("hits");
+    assert_eq!(
+        values(&rig.udp_get(5, b"get later\r\n").unwrap())[0].2,
+        b"v2 is longer"
+    );
+    assert_eq!(
+        rig.stat("hits"),
+        hits + 1,
+        "and the new value is cached again"
+    );
+
+    // delete over TCP also invalidates: the next get is memcached's miss
+    assert_eq!(
+        rig.tcp(b"delete later\r\n"),
+        inkproto::client::Response::Deleted
+    );
+    assert_eq!(rig.udp_get(6, b"get later\r\n").unwrap(), b"END\r\n");
+}
+
+/// Multi-key gets: with every key cached the kernel answers all of them in one datagram; with any
+/// miss the request goes whole to memcached and the client receives every key memcached has.
+#[test]
+fn multi_key_gets() {
+    let rig = Rig::attached(&[]).unwrap();
+    set(&rig, "a", 1, b"AAA");
+    set(&rig, "b", 2, b"BB");
+    let expect_ab = vec![
+        (b"a".to_vec(), 1, b"AAA".to_vec()),
+        (b"b".to_vec(), 2, b"BB".to_vec()),
+    ];
+
+    // a partial miss: c does not exist
+    let r = rig.udp_get(1, b"get a b c\r\n").unwrap();
+    assert_eq!(values(&r), expect_ab);
+    // fill a and b through single gets, then the multi-get is a kernel hit
+    rig.udp_get(2, b"get a\r\n").unwrap();
+    rig.udp_get(3, b"get b\r\n").unwrap();
+    let hits = rig.stat("hits");
+    let mc_hits = rig.mc_stat("get_hits");
+    let r = rig.udp_get(4, b"get a b\r\n").unwrap();
+    assert_eq!(values(&r), expect_ab);
+    assert_eq!(rig.stat("hits"), hits + 1);
+    assert_eq!(rig.mc_stat("get_hits"), mc_hits);
+    // still partial with one key cached and one missing: memcached answers, c absent
+    let r = rig.udp_get(5, b"get a c b\r\n").unwrap();
+    assert_eq!(values(&r), expect_ab);
+    assert_eq!(rig.stat("hits"), hits + 1);
+}
+
+/// Replies to `gets` (with a CAS unique) never fill entries that plain `get` serves.
+#[test]
+fn gets_replies_do_not_fill() {
+    let rig = Rig::attached(&[]).unwrap();
+    set(&rig, "c", 0, b"cas me");
+    let r = rig.udp_get(1, b"gets c\r\n").unwrap();
+    assert!(
+        String::from_utf8_lossy(&r).starts_with("VALUE c 0 6 "),
+        "{r:?}"
+    );
+    assert_eq!(rig.stat("fills"), 0);
+    let hits = rig.stat("hits");
+    let r = rig.udp_get(2, b"get c\r\n").unwrap();
+    assert_eq!(r, b"VALUE c 0 6\r\ncas me\r\nEND\r\n");
+    assert_eq!(
+        rig.stat("hits"),
+        hits,
+        "plain get after gets is not a kernel hit"
+    );
+}
+
+/// Traffic that is not memcached, and memcached on other ports, passes untouched.
+#[test]
+fn other_traffic_is_untouched() {
+    let rig = Rig::attached(&[]).unwrap();
+    // a UDP echo server on another port in the server namespace
+    let echo = rig
+        .pair
+        .server
+        .run(|| UdpSocket::bind("0.0.0.0:9999").unwrap());
+    let t = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        for _ in 0..2 {
+            let (n, from) = echo.recv_from(&mut buf).unwrap();
+            echo.send_to(&buf[..n], from).unwrap();
+        }
+    });
+    let passed = rig.stat("passed");
+    let mut addr = rig.server_addr();
+    addr.set_port(9999);
+    // a datagram that looks like a memcached get, but to another port, and plain junk
+    for payload in [frame_request(1, b"get a\r\n"), b"hello".to_vec()] {
+        let got =
+            rig.client(|| common::udp_exchange(addr, &payload, Duration::from_secs(1)).unwrap());
+        assert_eq!(got, vec![payload.clone()]);
+    }
+    t.join().unwrap();
+    assert!(rig.stat("passed") >= passed + 2);
+    assert_eq!(rig.stat("hits"), 0);
+    // a second memcached on another port keeps working, unseen by the cache
+    let _other = testkit::Server::start(&rig.pair.server, 11311).unwrap();
+    let mut addr = rig.server_addr();
+    addr.set_port(11311);
+    let r = rig.client(|| common::tcp_request(addr, b"set z 0 0 1\r\nz\r\n").unwrap());
+    assert_eq!(r, inkproto::client::Response::Stored);
+    let got = rig.client(|| {
+        common::udp_exchange(
+            addr,
+            &frame_request(9, b"get z\r\n"),
+            Duration::from_secs(1),
+        )
+        .unwrap()
+    });
+    assert_eq!(assemble(&got).unwrap(), b"VALUE z 0 1\r\nz\r\nEND\r\n");
+    assert_eq!(rig.stat("fills"), 0);
+}
+
+/// A source outside the allowlist is never answered by the kernel.
+#[test]
+fn allowlist_refuses_other_sources() {
+    let rig = Rig::attached(&["--allow", "198.19.0.0/16", "--allow", "fd01::/16"]).unwrap();
+    set(&rig, "secret", 0, b"s");
+    for i in 0..5 {
+        assert_eq!(
+            values(&rig.udp_get(i, b"get secret\r\n").unwrap())[0].2,
+            b"s"
+        );
+    }
+    assert_eq!(rig.stat("hits"), 0);
+    assert_eq!(rig.stat("refused"), 5);
+    assert!(rig.mc_stat("get_hits") >= 5);
+}
+
+/// Detach removes our programs and pins and nothing else; memcached keeps serving.
+#[test]
+fn detach_leaves_nothing_behind() {
+    let mut rig = Rig::attached(&[]).unwrap();
+    set(&rig, "d", 0, b"x");
+    rig.udp_get(1, b"get d\r\n").unwrap();
+    rig.udp_get(2, b"get d\r\n").unwrap();
+    assert_eq!(rig.stat("hits"), 1);
+    let pin_dir = format!(
+        "/sys/fs/bpf/inkcache/{}@{}",
+        rig.pair.srv_if, rig.pair.server.name
+    );
+    assert!(std::path::Path::new(&pin_dir).exists());
+    rig.detach().unwrap();
+    assert!(!std::path::Path::new(&pin_dir).exists(), "pins must go");
+    let link =
+        testkit::sh(
+            rig.pair
+                .server
+                .cmd("ip")
+                .args(["-d", "link", "show", &rig.pair.srv_if]),
+        )
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&link.stdout).contains("prog/xdp"),
+        "XDP must go"
+    );
+    let tc = testkit::sh(rig.pair.server.cmd("tc").args([
+        "filter",
+        "show",
+        "dev",
+        &rig.pair.srv_if,
+        "egress",
+    ]))
+    .unwrap();
+    assert!(
+        String::from_utf8_lossy(&tc.stdout).trim().is_empty(),
+        "TC filter must go: {:?}",
+        String::from_utf8_lossy(&tc.stdout)
+    );
+    let mc = rig.mc_stat("get_hits");
+    assert_eq!(values(&rig.udp_get(3, b"get d\r\n").unwrap())[0].2, b"x");
+    assert_eq!(rig.mc_stat("get_hits"), mc + 1);
+    // the peer's pass-through program (not ours to remove) is still there
+    let peer =
+        testkit::sh(
+            rig.pair
+                .client
+                .cmd("ip")
+                .args(["-d", "link", "show", &rig.pair.cli_if]),
+        )
+        .unwrap();
+    assert!(String::from_utf8_lossy(&peer.stdout).contains("xdp"));
+}
+
+/// Detach does not remove an XDP program that is not ours, and attach refuses to replace one.
+#[test]
+fn foreign_xdp_program_is_respected() {
+    let rig = Rig::new().unwrap();
+    // the pass program on the server side stands in for somebody else's XDP program
+    let out = std::process::Command::new(bin())
+        .args([
+            "--netns",
+            &rig.pair.server.name,
+            "veth-peer",
+            "--iface",
+            &rig.pair.srv_if,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = rig.inkcache(&["attach", "--iface", &rig.pair.srv_if]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already has an XDP program"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+/// Bad input passes to memcached untouched: memcached's own answer, never the kernel's.
+#[test]
+fn bad_input_passes_untouched() {
+    let rig = Rig::new().unwrap();
+    set(&rig, "foo", 0, b"bar");
+    let long_key = "k".repeat(251);
+    let cases: Vec<Vec<u8>> = vec![
+        b"\x00\x01\x00".to_vec(),       // truncated frame header
+        frame_request(2, b"get foo"),   // missing \r\n
+        frame_request(3, b"get foo\n"), // bare \n (memcached accepts it)
+        frame_request(4, format!("get {long_key}\r\n").as_bytes()), // 251-byte key
+        frame_request(5, b"get \r\n"),  // 0-length key
+        frame_request(6, b"get  foo\r\n"), // empty token
+        frame_request(7, b"get f\xc3\xa9o\r\n"), // non-ASCII key
+        frame_request(8, b"get foo\x01\r\n"), // control byte
+        {
+            let mut d = frame_request(9, b"get foo\r\n");
+            d[5] = 2; // claims two datagrams
+            d
+        },
+        {
+            let mut d = frame_request(10, b"get foo\r\n");
+            d[3] = 1; // sequence 1
+            d
+        },
+        frame_request(11, b"\x80\x00\x00\x03foo"), // binary junk
+    ];
+    let wait = Duration::from_millis(300);
+    let before: Vec<_> = cases.iter().map(|c| rig.udp_raw(c, wait)).collect();
+    // attach, make sure foo is cached, then replay
+    let mut rig = rig;
+    rig.attach(&[]).unwrap();
+    rig.udp_get(100, b"get foo\r\n").unwrap();
+    assert_eq!(
+        rig.udp_get(101, b"get foo\r\n").unwrap(),
+        b"VALUE foo 0 3\r\nbar\r\nEND\r\n"
+    );
+    let hits = rig.stat("hits");
+    let after: Vec<_> = cases.iter().map(|c| rig.udp_raw(c, wait)).collect();
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(a, b, "case {i}: {:?}", String::from_utf8_lossy(&cases[i]));
+    }
+    assert_eq!(
+        rig.stat("hits"),
+        hits,
+        "no bad input may be answered by the kernel"
+    );
+}
+
+/// The CLI's errors: one line, non-zero exit.
+#[test]
+fn cli_errors_are_one_line() {
+    let rig = Rig::attached(&[]).unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["attach", "--iface", "nosuchif0"], "no such interface"),
+        (
+            vec!["attach", "--iface", &rig.pair.srv_if],
+            "already attached",
+        ),
+        (
+            vec!["attach", "--iface", "lo", "--port", "70000"],
+            "port out of range",
+        ),
+        (
+            vec!["attach", "--iface", "lo", "--port", "0"],
+            "port out of range",
+        ),
+        (
+            vec!["attach", "--iface", "lo", "--allow", "10.0.0.0/33"],
+            "bad CIDR",
+        ),
+        (vec!["detach", "--iface", "lo"], "not attached"),
+        (vec!["stats", "--iface", "lo"], "not attached"),
+    ];
+    for (args, want) in cases {
+        let out = rig.inkcache(&args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(err.trim().lines().count() <= 2, "{args:?}: {err}"); // clap may add a usage hint
+    }
+    // not root
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            bin(),
+            "status",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "inkcache: must run as root (needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+    );
+}
+
+/// Status reports what is attached, in JSON too.
+#[test]
+fn status_reports_attachment() {
+    let rig = Rig::attached(&[]).unwrap();
+    let out = rig.inkcache(&["status", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["iface"] == rig.pair.srv_if.as_str())
+        .expect("our row");
+    assert_eq!(row["xdp_attached"], true);
+    assert_eq!(row["xdp_mode"], "native");
+    assert_eq!(row["ports"][0], 11211);
+    assert!(row["slots"].as_u64().unwrap() >= 1024);
+}
