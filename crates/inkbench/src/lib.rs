@@ -18,6 +18,7 @@
 //! [`sample`] (the latency sampler), [`admin`] (preload and server stats).
 
 pub mod admin;
+pub mod check;
 pub mod config;
 pub mod engine;
 pub mod pacer;

@@ -28,6 +28,60 @@ enum Cmd {
     /// Sample latency: one get per --interval on a pool of blocking workers, every sample's
     /// timing saved to DIR/samples.csv and samples.json, and a timeline plot DIR/timeline.svg.
     Sample(SampleArgs),
+    /// Consistency check: writers over TCP, readers over UDP on a small hot key set; reports
+    /// every read that returned a stale or expired value. Exits with status 3 on violations.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Clone)]
+struct CheckArgs {
+    /// Server address, HOST:PORT: TCP for the writers, UDP for the readers.
+    #[arg(long, value_parser = parse_addr)]
+    server: SocketAddr,
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Hot keys (every 4th holds a number for incr).
+    #[arg(long, default_value_t = 32)]
+    keys: usize,
+    /// Writer threads (one TCP connection each).
+    #[arg(long, default_value_t = 4)]
+    writers: usize,
+    /// Reader threads (one UDP socket each, one get outstanding).
+    #[arg(long, default_value_t = 4)]
+    readers: usize,
+    /// Writes per pipelined batch: 1 to N.
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    #[arg(long, default_value_t = 0.15)]
+    noreply_ratio: f64,
+    /// Share of set/add/cas/touch with a TTL of 1 or 2 s.
+    #[arg(long, default_value_t = 0.2)]
+    ttl_ratio: f64,
+    /// Chance per write of a flush_all instead.
+    #[arg(long, default_value_t = 0.0002)]
+    flush_ratio: f64,
+    /// Share of gets asking for 2 to 4 keys.
+    #[arg(long, default_value_t = 0.2)]
+    multiget_ratio: f64,
+    /// Share of sets with 1500-3000 byte values (multi-datagram replies).
+    #[arg(long, default_value_t = 0.03)]
+    large_ratio: f64,
+    /// Slack past the latest possible expiry before a read counts as expired (memcached's
+    /// clock has whole-second ticks).
+    #[arg(long, default_value = "2500ms", value_parser = dur)]
+    expiry_slack: Duration,
+    /// UDP reply timeout.
+    #[arg(long, default_value = "1s", value_parser = dur)]
+    timeout: Duration,
+    /// Example violations shown per kind.
+    #[arg(long, default_value_t = 5)]
+    examples: usize,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -301,11 +355,45 @@ fn cmd_sample(a: &SampleArgs) -> Result<()> {
     Ok(())
 }
 
+/// Runs the checker; Ok(true) when it found violations.
+fn cmd_check(a: &CheckArgs) -> Result<bool> {
+    if !(a.seconds > 0.0 && a.seconds <= 86_400.0) {
+        anyhow::bail!("--seconds must be within (0, 86400]");
+    }
+    let mut c = inkbench::check::CheckConfig::new(a.server);
+    c.duration = Duration::from_secs_f64(a.seconds);
+    c.seed = a.seed;
+    c.keys = a.keys;
+    c.writers = a.writers;
+    c.readers = a.readers;
+    c.batch = a.batch;
+    c.noreply_ratio = a.noreply_ratio;
+    c.ttl_ratio = a.ttl_ratio;
+    c.flush_ratio = a.flush_ratio;
+    c.multiget_ratio = a.multiget_ratio;
+    c.large_ratio = a.large_ratio;
+    c.expiry_slack = a.expiry_slack;
+    c.timeout = a.timeout;
+    c.examples = a.examples;
+    let rep = inkbench::check::run(&c)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&rep)?);
+    } else {
+        print!("{}", rep.summary());
+    }
+    Ok(rep.violations > 0)
+}
+
 fn main() {
     let cli = Cli::parse();
     let r = match &cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Sample(a) => cmd_sample(a),
+        Cmd::Check(a) => match cmd_check(a) {
+            Ok(true) => std::process::exit(3),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        },
     };
     if let Err(e) = r {
         eprintln!("inkbench: error: {e:#}");
