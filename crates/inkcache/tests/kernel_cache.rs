@@ -466,3 +466,68 @@ fn status_reports_attachment() {
     assert_eq!(row["ports"][0], 11211);
     assert!(row["slots"].as_u64().unwrap() >= 1024);
 }
+
+/// IPv6 gets hit and the reply is the same as memcached's.
+#[test]
+fn ipv6_gets_hit() {
+    let rig = Rig::attached(&[]).unwrap();
+    set(&rig, "six", 6, b"over v6");
+    let addr = std::net::SocketAddr::new(testkit::SRV_V6.into(), PORT);
+    let req = frame_request(0x0606, b"get six\r\n");
+    let get =
+        || rig.client(|| common::udp_exchange(addr, &req, Duration::from_millis(500)).unwrap());
+    let from_memcached = get();
+    assert_eq!(rig.stat("fills"), 1, "{}", rig.stats());
+    let hits = rig.stat("hits");
+    let from_kernel = get();
+    assert_eq!(rig.stat("hits"), hits + 1, "{}", rig.stats());
+    assert_eq!(from_kernel, from_memcached);
+    assert_eq!(
+        assemble(&from_kernel).unwrap(),
+        b"VALUE six 6 7\r\nover v6\r\nEND\r\n"
+    );
+}
+
+/// Requests carried in one 802.1Q tag or two (802.1ad outer) are parsed and answered by the
+/// kernel; the reply keeps the tag. (Frames are crafted on a raw socket: the server's stack has no
+/// VLAN device, so only the kernel cache can answer them.)
+#[test]
+fn vlan_tagged_gets_hit() {
+    let rig = Rig::attached(&[]).unwrap();
+    set(&rig, "tagged", 1, b"in a vlan");
+    rig.udp_get(1, b"get tagged\r\n").unwrap(); // fill over plain IPv4
+    let link = testkit::sh(
+        rig.pair
+            .server
+            .cmd("cat")
+            .arg(format!("/sys/class/net/{}/address", rig.pair.srv_if)),
+    )
+    .unwrap();
+    let mac = String::from_utf8_lossy(&link.stdout).trim().to_string();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vlan_get.py");
+    for tags in ["42", "100,42"] {
+        let hits = rig.stat("hits");
+        let out = testkit::sh(rig.pair.client.cmd("python3").args([
+            script,
+            &rig.pair.cli_if,
+            &mac,
+            "198.18.0.2",
+            "198.18.0.1",
+            "tagged",
+            tags,
+        ]))
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // request id 0x7777 echoed, sequence 0, one datagram
+        let want = "ww\u{0}\u{0}\u{0}\u{1}\u{0}\u{0}VALUE tagged 1 9\r\nin a vlan\r\nEND\r\n";
+        assert_eq!(v["payload"], want, "tags {tags}: {v}");
+        let seen: Vec<String> = v["vlan_tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        assert_eq!(seen.join(","), tags, "the reply keeps the tags: {v}");
+        assert_eq!(rig.stat("hits"), hits + 1, "tags {tags}: {}", rig.stats());
+    }
+}
