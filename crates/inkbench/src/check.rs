@@ -197,6 +197,11 @@ pub struct CheckReport {
     pub tcp_reconnects: u64,
     pub violations: u64,
     pub violations_by_kind: BTreeMap<String, u64>,
+    /// Stale reads by the kind of write that superseded the value.
+    pub stale_by_superseder: BTreeMap<String, u64>,
+    /// How long after the superseding write's ack stale reads were sent: median and max (ms).
+    pub stale_gap_p50_ms: f64,
+    pub stale_gap_max_ms: f64,
     pub examples: Vec<Violation>,
     pub config: Option<CheckConfig>,
 }
@@ -243,6 +248,20 @@ impl CheckReport {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         let _ = writeln!(s, "VIOLATIONS: {} ({})", self.violations, kinds.join(", "));
+        if !self.stale_by_superseder.is_empty() {
+            let sup: Vec<String> = self
+                .stale_by_superseder
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "stale reads superseded by: {}; read sent after the superseding ack: median {:.3} ms, max {:.3} ms",
+                sup.join(", "),
+                self.stale_gap_p50_ms,
+                self.stale_gap_max_ms
+            );
+        }
         for v in &self.examples {
             let _ = writeln!(
                 s,
@@ -407,7 +426,10 @@ fn ms(ns: Ns) -> f64 {
 #[derive(Clone, Debug)]
 enum ReadVal {
     /// `<base token>[~padding](|a<token>)*`
-    Str { base: u64, appends: Vec<u64> },
+    Str {
+        base: u64,
+        appends: Vec<u64>,
+    },
     Num(u64),
     /// Not a value any writer writes.
     Bad(Vec<u8>),
@@ -585,11 +607,17 @@ pub fn run(cfg: &CheckConfig) -> Result<CheckReport> {
             .collect();
         let ws: Vec<Result<WriterOut>> = ws
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a writer panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("a writer panicked")))
+            })
             .collect();
         let rs: Vec<Result<ReaderOut>> = rs
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a reader panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("a reader panicked")))
+            })
             .collect();
         (ws, rs)
     });
@@ -662,7 +690,13 @@ pub fn run(cfg: &CheckConfig) -> Result<CheckReport> {
             });
         }
     }
+    let mut gaps = Vec::new();
     for v in found {
+        if let (Some(sup), "stale") = (&v.superseded_by, v.kind.as_str()) {
+            let name = format!("{}{}", sup.op, if sup.noreply { " noreply" } else { "" });
+            *rep.stale_by_superseder.entry(name).or_default() += 1;
+            gaps.push(v.read_send_ms - sup.ack_ms.unwrap_or(v.read_send_ms));
+        }
         *rep.violations_by_kind.entry(v.kind.clone()).or_default() += 1;
         rep.violations += 1;
         let n = per_kind.entry(v.kind.clone()).or_default();
@@ -670,6 +704,11 @@ pub fn run(cfg: &CheckConfig) -> Result<CheckReport> {
             *n += 1;
             rep.examples.push(v);
         }
+    }
+    if !gaps.is_empty() {
+        gaps.sort_by(f64::total_cmp);
+        rep.stale_gap_p50_ms = gaps[gaps.len() / 2];
+        rep.stale_gap_max_ms = gaps[gaps.len() - 1];
     }
     Ok(rep)
 }
@@ -932,7 +971,15 @@ impl Writer<'_> {
         let ttl = self.ttl();
         let v = value_with_padding(&format!("c{}.{seq}", self.id), 0);
         let mut req = Vec::new();
-        client::store(&mut req, Store::Cas(unique), key.as_bytes(), 0, ttl.into(), &v, false);
+        client::store(
+            &mut req,
+            Store::Cas(unique),
+            key.as_bytes(),
+            0,
+            ttl.into(),
+            &v,
+            false,
+        );
         let mut op = Op {
             token: tok,
             writer: self.id,
@@ -963,7 +1010,7 @@ fn value_with_padding(base: &str, pad: usize) -> Vec<u8> {
     let mut v = base.as_bytes().to_vec();
     if pad > 0 {
         v.push(b'~');
-        v.extend(std::iter::repeat(b'x').take(pad));
+        v.resize(v.len() + pad, b'x');
     }
     v
 }
@@ -1244,8 +1291,8 @@ fn analyse(sh: &Shared, ops: &[Op], reads: &[ReadRec]) -> Vec<Violation> {
     for r in reads {
         let key = r.key as usize;
         let h = &hist[key];
-        let viol = |kind: &str, producer: Option<usize>, sup: Option<usize>, detail: String| {
-            Violation {
+        let viol =
+            |kind: &str, producer: Option<usize>, sup: Option<usize>, detail: String| Violation {
                 kind: kind.into(),
                 key: sh.keys[key].clone(),
                 transport: if r.tcp { "tcp" } else { "udp" }.into(),
@@ -1255,8 +1302,7 @@ fn analyse(sh: &Shared, ops: &[Op], reads: &[ReadRec]) -> Vec<Violation> {
                 producer: producer.map(|i| ops[i].desc()),
                 superseded_by: sup.map(|i| ops[i].desc()),
                 detail,
-            }
-        };
+            };
         // The chain: op indices reflected in the value; the producer; the base.
         let mut chain: Vec<usize> = Vec::new();
         let producer: Option<usize>;
@@ -1391,7 +1437,11 @@ fn analyse(sh: &Shared, ops: &[Op], reads: &[ReadRec]) -> Vec<Violation> {
             continue;
         }
         // Stale.
-        let t = chain.iter().filter_map(|&i| ops[i].ack).min().unwrap_or(NEVER);
+        let t = chain
+            .iter()
+            .filter_map(|&i| ops[i].ack)
+            .min()
+            .unwrap_or(NEVER);
         let in_chain = |i: usize| -> bool {
             if let Some((b, v)) = num_range {
                 let o = &ops[i];
@@ -1476,6 +1526,203 @@ fn analyse(sh: &Shared, ops: &[Op], reads: &[ReadRec]) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MS: Ns = 1_000_000;
+
+    fn shared() -> Shared {
+        let t0 = Instant::now();
+        Shared {
+            cfg: CheckConfig::new("127.0.0.1:1".parse().unwrap()),
+            t0,
+            end: t0,
+            keys: (0..4).map(|i| format!("k:{i}")).collect(),
+        }
+    }
+
+    /// An op on key `key` with token (0, seq), sent and acked at the given ms.
+    fn op(seq: u64, kind: Kind, key: u32, send: u64, ack: Option<u64>, outcome: Outcome) -> Op {
+        Op {
+            token: token(0, seq),
+            writer: 0,
+            kind,
+            key,
+            noreply: outcome == Outcome::Noreply,
+            ttl: 0,
+            send: send * MS,
+            ack: ack.map(|a| a * MS),
+            outcome,
+            num: if kind == Kind::Set && key == 3 {
+                num_base(0, seq)
+            } else {
+                0
+            },
+        }
+    }
+
+    fn read(key: u32, send: u64, val: ReadVal) -> ReadRec {
+        ReadRec {
+            key,
+            tcp: false,
+            send: send * MS,
+            recv: send * MS + MS / 10,
+            val,
+        }
+    }
+
+    fn s(base: u64, appends: &[u64]) -> ReadVal {
+        ReadVal::Str {
+            base: token(0, base),
+            appends: appends.iter().map(|&a| token(0, a)).collect(),
+        }
+    }
+
+    fn kinds(ops: &[Op], reads: &[ReadRec]) -> Vec<String> {
+        analyse(&shared(), ops, reads)
+            .into_iter()
+            .map(|v| v.kind)
+            .collect()
+    }
+
+    use Kind::*;
+    use Outcome::*;
+
+    #[test]
+    fn stale_needs_a_later_acknowledged_write() {
+        let ops = [
+            op(1, Set, 0, 0, Some(10), Stored),
+            op(2, Set, 0, 20, Some(30), Stored),
+        ];
+        assert_eq!(kinds(&ops, &[read(0, 40, s(1, &[]))]), ["stale"]);
+        assert!(
+            kinds(&ops, &[read(0, 25, s(1, &[]))]).is_empty(),
+            "not acked yet"
+        );
+        assert!(kinds(&ops, &[read(0, 40, s(2, &[]))]).is_empty());
+        // Sent before the first one's ack: may have been applied first.
+        let conc = [
+            op(1, Set, 0, 0, Some(10), Stored),
+            op(2, Set, 0, 5, Some(30), Stored),
+        ];
+        assert!(kinds(&conc, &[read(0, 40, s(1, &[]))]).is_empty());
+        // Other keys don't matter.
+        let other = [
+            op(1, Set, 0, 0, Some(10), Stored),
+            op(2, Set, 1, 20, Some(30), Stored),
+        ];
+        assert!(kinds(&other, &[read(0, 40, s(1, &[]))]).is_empty());
+    }
+
+    #[test]
+    fn noreply_counts_once_settled() {
+        let settled = [
+            op(1, Set, 0, 0, Some(10), Stored),
+            op(2, Delete, 0, 20, Some(30), Noreply),
+        ];
+        assert_eq!(kinds(&settled, &[read(0, 40, s(1, &[]))]), ["stale"]);
+        let unsettled = [
+            op(1, Set, 0, 0, Some(10), Stored),
+            op(2, Delete, 0, 20, None, Noreply),
+        ];
+        assert!(kinds(&unsettled, &[read(0, 40, s(1, &[]))]).is_empty());
+        // A noreply touch changes no value; a noreply incr's chain is unknown.
+        let touch = [
+            op(1, Set, 0, 0, Some(10), Stored),
+            op(2, Touch, 0, 20, Some(30), Noreply),
+        ];
+        assert!(kinds(&touch, &[read(0, 40, s(1, &[]))]).is_empty());
+    }
+
+    #[test]
+    fn appends_and_absence() {
+        let ops = [
+            op(1, Set, 0, 0, Some(10), Stored),
+            op(2, Append, 0, 5, Some(12), Stored),
+            op(3, Append, 0, 20, Some(25), Stored),
+        ];
+        // Append 2 was concurrent with the set: "1" alone may have been current.
+        assert!(kinds(&ops, &[read(0, 15, s(1, &[]))]).is_empty());
+        assert!(kinds(&ops, &[read(0, 15, s(1, &[2]))]).is_empty());
+        // Append 3 was sent after the set's ack and acked before the read: missing it is stale.
+        assert_eq!(kinds(&ops, &[read(0, 40, s(1, &[2]))]), ["stale"]);
+        assert!(kinds(&ops, &[read(0, 40, s(1, &[2, 3]))]).is_empty());
+        // Observed absence supersedes.
+        let gone = [
+            op(1, Set, 0, 0, Some(10), Stored),
+            op(2, Touch, 0, 20, Some(30), Absent),
+        ];
+        assert_eq!(kinds(&gone, &[read(0, 40, s(1, &[]))]), ["stale"]);
+        // So does an acknowledged flush_all, on every key.
+        let mut flush = op(2, Flush, u32::MAX, 20, Some(30), Flushed);
+        flush.key = u32::MAX;
+        let ops = [op(1, Set, 0, 0, Some(10), Stored), flush];
+        assert_eq!(kinds(&ops, &[read(0, 40, s(1, &[]))]), ["stale"]);
+        assert!(kinds(&ops, &[read(0, 29, s(1, &[]))]).is_empty());
+    }
+
+    #[test]
+    fn numbers() {
+        let b = num_base(0, 1);
+        let ops = [
+            op(1, Set, 3, 0, Some(10), Stored),
+            op(2, Incr, 3, 20, Some(30), Number(b + 5)),
+        ];
+        assert_eq!(kinds(&ops, &[read(3, 40, ReadVal::Num(b))]), ["stale"]);
+        assert!(kinds(&ops, &[read(3, 40, ReadVal::Num(b + 5))]).is_empty());
+        assert!(kinds(&ops, &[read(3, 25, ReadVal::Num(b))]).is_empty());
+        assert_eq!(
+            kinds(&ops, &[read(3, 40, ReadVal::Num(b + 3))]),
+            ["unknown_value"]
+        );
+        // With a noreply incr around, b + 3 may be its result; b + 5 (acked) still supersedes.
+        let mut blind = ops.to_vec();
+        blind.push(op(3, Incr, 3, 12, Some(14), Noreply));
+        assert_eq!(
+            kinds(&blind, &[read(3, 40, ReadVal::Num(b + 3))]),
+            ["stale"]
+        );
+        assert!(kinds(&blind, &[read(3, 25, ReadVal::Num(b + 3))]).is_empty());
+    }
+
+    #[test]
+    fn expiry_and_oddities() {
+        let mut set = op(1, Set, 0, 0, Some(10), Stored);
+        set.ttl = 1;
+        let ops = [set.clone()];
+        // Expires by 1010 ms at the latest; 2.5 s of slack.
+        assert!(kinds(&ops, &[read(0, 3500, s(1, &[]))]).is_empty());
+        assert_eq!(kinds(&ops, &[read(0, 3520, s(1, &[]))]), ["expired"]);
+        // A touch to 0 (never) that may have come after the set.
+        let mut touch = op(2, Touch, 0, 500, Some(600), Touched);
+        touch.ttl = 0;
+        assert!(kinds(&[set.clone(), touch], &[read(0, 9000, s(1, &[]))]).is_empty());
+        // A touch acknowledged before the set was sent cannot extend it.
+        let mut early = op(2, Touch, 0, 0, Some(0), Touched);
+        early.ttl = 0;
+        let mut set2 = set.clone();
+        set2.send = MS;
+        assert_eq!(
+            kinds(&[set2, early], &[read(0, 9000, s(1, &[]))]),
+            ["expired"]
+        );
+        // Values nobody wrote, values of other keys, refused writes, reads before writes.
+        assert_eq!(kinds(&ops, &[read(0, 40, s(9, &[]))]), ["unknown_value"]);
+        assert_eq!(kinds(&ops, &[read(1, 40, s(1, &[]))]), ["wrong_key"]);
+        let refused = [
+            op(1, Set, 0, 0, Some(10), Stored),
+            op(2, Append, 0, 0, Some(10), Absent),
+        ];
+        assert_eq!(
+            kinds(&refused, &[read(0, 40, s(1, &[2]))]),
+            ["impossible_value"]
+        );
+        assert_eq!(
+            kinds(
+                &[op(1, Set, 0, 50, Some(60), Stored)],
+                &[read(0, 40, s(1, &[]))]
+            ),
+            ["phantom"]
+        );
+    }
 
     #[test]
     fn values_parse() {

@@ -92,7 +92,10 @@ impl Rig {
         let mut cfg = CheckConfig::new(SocketAddr::new(IpAddr::V4(SRV_V4), PORT));
         cfg.duration = seconds();
         cfg.seed = seed;
-        cfg.examples = 3;
+        cfg.examples = std::env::var("INKBENCH_CHECK_EXAMPLES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(3);
         self.pair.client.run(|| run(&cfg))
     }
 
@@ -126,8 +129,14 @@ impl Drop for Rig {
     }
 }
 
+/// Prints the summary; with `INKBENCH_CHECK_JSON_DIR`, also writes the full report there.
 fn show(name: &str, rep: &CheckReport) {
     eprintln!("== {name}\n{}", rep.summary());
+    if let Some(dir) = std::env::var_os("INKBENCH_CHECK_JSON_DIR") {
+        let path = PathBuf::from(dir).join(format!("{}.json", name.replace([' ', '+'], "_")));
+        let json = serde_json::to_string_pretty(rep).expect("report to JSON");
+        std::fs::write(&path, json).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    }
 }
 
 fn sanity(rep: &CheckReport) -> Result<()> {
