@@ -75,6 +75,9 @@ pub struct CheckConfig {
     pub keys: usize,
     pub writers: usize,
     pub readers: usize,
+    /// Keys written only every few seconds (by one extra writer, with TTLs of 1-2 s), so that
+    /// reads can find values past their expiry; 10% of reads go to them.
+    pub expiry_keys: usize,
     /// Writes per pipelined batch: 1 to this many.
     pub batch: usize,
     /// Share of writes sent with `noreply` (set, append, delete, touch, incr).
@@ -104,6 +107,7 @@ impl CheckConfig {
             keys: 32,
             writers: 4,
             readers: 4,
+            expiry_keys: 4,
             batch: 4,
             noreply_ratio: 0.15,
             ttl_ratio: 0.2,
@@ -188,6 +192,8 @@ pub struct CheckReport {
     pub udp_hits: u64,
     pub udp_misses: u64,
     pub tcp_gets: u64,
+    /// Values read from the expiry keys.
+    pub expiry_key_values: u64,
     pub writes: u64,
     pub writes_by_op: BTreeMap<String, u64>,
     pub noreply_writes: u64,
@@ -213,8 +219,9 @@ impl CheckReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "checked {} values in {:.1} s: {} UDP gets ({} multi-key, {} hits, {} misses, {} timeouts), {} TCP gets",
+            "checked {} values ({} from expiry keys) in {:.1} s: {} UDP gets ({} multi-key, {} hits, {} misses, {} timeouts), {} TCP gets",
             self.values_checked,
+            self.expiry_key_values,
             self.duration_s,
             self.udp_reads,
             self.udp_multigets,
@@ -478,13 +485,14 @@ fn num_base(writer: u16, seq: u64) -> u64 {
     ((u64::from(writer) + 1) << 52) | ((seq & 0xffff_ffff) << NUM_OFFSET_BITS)
 }
 
-fn is_num_key(k: usize) -> bool {
-    k % 4 == 3
+/// Every 4th hot key holds numbers (the expiry keys after the hot ones hold strings).
+fn is_num_key(k: usize, hot: usize) -> bool {
+    k < hot && k % 4 == 3
 }
 
-fn parse_value(key: usize, data: &[u8]) -> ReadVal {
+fn parse_value(num: bool, data: &[u8]) -> ReadVal {
     let bad = || ReadVal::Bad(data.iter().take(200).copied().collect());
-    if is_num_key(key) {
+    if num {
         return match std::str::from_utf8(data).ok().and_then(|s| s.parse().ok()) {
             Some(n) => ReadVal::Num(n),
             None => bad(),
@@ -581,7 +589,10 @@ pub fn run(cfg: &CheckConfig) -> Result<CheckReport> {
             & 0xffff_ffff
     };
     let prefix = format!("ck{tag:08x}");
-    let keys: Vec<String> = (0..cfg.keys).map(|i| format!("{prefix}:{i}")).collect();
+    // The hot keys, then the expiry keys (written rarely, so values get old enough to expire).
+    let keys: Vec<String> = (0..cfg.keys + cfg.expiry_keys)
+        .map(|i| format!("{prefix}:{i}"))
+        .collect();
     // Reachability first, for a clear error.
     TcpStream::connect_timeout(&cfg.server, Duration::from_secs(2))
         .with_context(|| format!("connecting to {} over TCP", cfg.server))?;
@@ -599,6 +610,10 @@ pub fn run(cfg: &CheckConfig) -> Result<CheckReport> {
                 sc.spawn(move || writer(sh, w as u16))
             })
             .collect();
+        let ex = (cfg.expiry_keys > 0).then(|| {
+            let sh = &sh;
+            sc.spawn(move || expiry_writer(sh, cfg.writers as u16))
+        });
         let rs: Vec<_> = (0..cfg.readers)
             .map(|r| {
                 let sh = &sh;
@@ -607,6 +622,7 @@ pub fn run(cfg: &CheckConfig) -> Result<CheckReport> {
             .collect();
         let ws: Vec<Result<WriterOut>> = ws
             .into_iter()
+            .chain(ex)
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(anyhow!("a writer panicked")))
@@ -670,6 +686,7 @@ pub fn run(cfg: &CheckConfig) -> Result<CheckReport> {
     }
     let found = analyse(&sh, &ops, &reads);
     rep.values_checked = reads.len() as u64;
+    rep.expiry_key_values = reads.iter().filter(|r| r.key as usize >= cfg.keys).count() as u64;
     let mut per_kind: BTreeMap<String, usize> = BTreeMap::new();
     for e in early {
         *rep.violations_by_kind.entry(e.kind.into()).or_default() += 1;
@@ -810,7 +827,7 @@ impl Writer<'_> {
         let key = self.sh.keys[k].as_bytes();
         let roll = self.rng.gen_range(0..100);
         let w = self.id;
-        if is_num_key(k) {
+        if is_num_key(k, cfg.keys) {
             match roll {
                 0..=24 => {
                     op.kind = Kind::Set;
@@ -923,7 +940,7 @@ impl Writer<'_> {
     fn cas(&mut self, conn: &mut Conn) -> Result<()> {
         let k = loop {
             let k = self.rng.gen_range(0..self.sh.cfg.keys);
-            if !is_num_key(k) {
+            if !is_num_key(k, self.sh.cfg.keys) {
                 break k;
             }
         };
@@ -957,7 +974,7 @@ impl Writer<'_> {
                         tcp: true,
                         send,
                         recv,
-                        val: parse_value(k, &it.data),
+                        val: parse_value(is_num_key(k, self.sh.cfg.keys), &it.data),
                     });
                 }
                 unique
@@ -1030,6 +1047,77 @@ fn outcome(kind: Kind, r: &Response) -> Outcome {
     }
 }
 
+/// Writes the expiry keys now and then: a set with TTL 1-2 s (70%), a touch with TTL 1 s (20%)
+/// or a delete, one every 0.2-1.5 s, so a key often stays unwritten for longer than its TTL plus
+/// the slack and a read may see a value that should have expired.
+fn expiry_writer(sh: &Shared, id: u16) -> Result<WriterOut> {
+    let cfg = &sh.cfg;
+    let mut w = Writer {
+        sh,
+        id,
+        seq: 0,
+        rng: StdRng::seed_from_u64(cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xe4),
+        out: WriterOut::default(),
+    };
+    let mut conn = Conn::open(cfg.server)?;
+    loop {
+        let pause = Duration::from_millis(w.rng.gen_range(200..1500));
+        if Instant::now() + pause >= sh.end {
+            break;
+        }
+        std::thread::sleep(pause);
+        let (tok, seq) = w.next_token();
+        let k = cfg.keys + w.rng.gen_range(0..cfg.expiry_keys);
+        let key = sh.keys[k].as_bytes();
+        let mut op = Op {
+            token: tok,
+            writer: id,
+            kind: Kind::Set,
+            key: k as u32,
+            noreply: false,
+            ttl: w.rng.gen_range(1..=2),
+            send: 0,
+            ack: None,
+            outcome: Outcome::Unknown,
+            num: 0,
+        };
+        let mut req = Vec::new();
+        match w.rng.gen_range(0..10) {
+            0..=6 => {
+                let v = value_with_padding(&format!("s{id}.{seq}"), 0);
+                client::store(&mut req, Store::Set, key, 0, op.ttl.into(), &v, false);
+            }
+            7..=8 => {
+                op.kind = Kind::Touch;
+                op.ttl = 1;
+                client::keyed(&mut req, "touch", key, Some("1"), false);
+            }
+            _ => {
+                op.kind = Kind::Delete;
+                op.ttl = 0;
+                client::keyed(&mut req, "delete", key, None, false);
+            }
+        }
+        op.send = sh.now();
+        w.out.batches += 1;
+        let r = conn
+            .s
+            .write_all(&req)
+            .context("writing to an expiry key")
+            .and_then(|_| conn.next(sh));
+        if let Ok((r, at)) = &r {
+            op.ack = Some(*at);
+            op.outcome = outcome(op.kind, r);
+        }
+        w.out.ops.push(op);
+        if r.is_err() {
+            w.out.reconnects += 1;
+            conn = Conn::open(cfg.server)?;
+        }
+    }
+    Ok(w.out)
+}
+
 fn writer(sh: &Shared, id: u16) -> Result<WriterOut> {
     let mut w = Writer {
         sh,
@@ -1087,7 +1175,11 @@ fn reader(sh: &Shared, idx: usize) -> Result<ReaderOut> {
         };
         let mut ks: Vec<usize> = Vec::with_capacity(n);
         while ks.len() < n {
-            let k = rng.gen_range(0..cfg.keys);
+            let k = if cfg.expiry_keys > 0 && rng.gen_bool(0.1) {
+                cfg.keys + rng.gen_range(0..cfg.expiry_keys)
+            } else {
+                rng.gen_range(0..cfg.keys)
+            };
             if !ks.contains(&k) {
                 ks.push(k);
             }
@@ -1132,7 +1224,7 @@ fn reader(sh: &Shared, idx: usize) -> Result<ReaderOut> {
                                 tcp: false,
                                 send,
                                 recv,
-                                val: parse_value(k, &it.data),
+                                val: parse_value(is_num_key(k, cfg.keys), &it.data),
                             });
                         }
                         out.hits += seen.len() as u64;
@@ -1263,7 +1355,7 @@ fn analyse(sh: &Shared, ops: &[Op], reads: &[ReadRec]) -> Vec<Violation> {
             continue;
         }
         let h = &mut hist[o.key as usize];
-        if o.kind == Kind::Set && is_num_key(o.key as usize) {
+        if o.kind == Kind::Set && is_num_key(o.key as usize, sh.cfg.keys) {
             by_num.insert(o.num, i);
         }
         if let (Some(a), true) = (o.ack, o.effective()) {
@@ -1726,16 +1818,16 @@ mod tests {
 
     #[test]
     fn values_parse() {
-        match parse_value(0, b"s3.17~xxxx|a1.5|a2.9") {
+        match parse_value(false, b"s3.17~xxxx|a1.5|a2.9") {
             ReadVal::Str { base, appends } => {
                 assert_eq!(base, token(3, 17));
                 assert_eq!(appends, vec![token(1, 5), token(2, 9)]);
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(parse_value(0, b"zz"), ReadVal::Bad(_)));
-        assert!(matches!(parse_value(0, b"s1.2|b"), ReadVal::Bad(_)));
-        assert!(matches!(parse_value(3, b"123"), ReadVal::Num(123)));
+        assert!(matches!(parse_value(false, b"zz"), ReadVal::Bad(_)));
+        assert!(matches!(parse_value(false, b"s1.2|b"), ReadVal::Bad(_)));
+        assert!(matches!(parse_value(true, b"123"), ReadVal::Num(123)));
         let b = num_base(5, 77);
         assert_eq!((b + 30) & !NUM_OFFSET_MASK, b);
         assert_ne!(num_base(5, 78), b);

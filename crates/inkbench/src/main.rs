@@ -52,6 +52,9 @@ struct CheckArgs {
     /// Reader threads (one UDP socket each, one get outstanding).
     #[arg(long, default_value_t = 4)]
     readers: usize,
+    /// Keys written only every few seconds with short TTLs (expiry probes; 10% of reads).
+    #[arg(long, default_value_t = 4)]
+    expiry_keys: usize,
     /// Writes per pipelined batch: 1 to N.
     #[arg(long, default_value_t = 4)]
     batch: usize,
@@ -366,6 +369,7 @@ fn cmd_check(a: &CheckArgs) -> Result<bool> {
     c.keys = a.keys;
     c.writers = a.writers;
     c.readers = a.readers;
+    c.expiry_keys = a.expiry_keys;
     c.batch = a.batch;
     c.noreply_ratio = a.noreply_ratio;
     c.ttl_ratio = a.ttl_ratio;
