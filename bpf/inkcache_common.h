@@ -26,7 +26,11 @@ enum ink_stat {
 	ST_TOO_BIG,           /* hits whose reply did not fit the frame, passed to the server */
 	ST_ERRORS,            /* malformed memcached frames passed untouched, helper failures */
 	ST_FILL_SKIPPED,      /* replies not installed: stale-guarded, gets/CAS, too big, unmatched */
-	ST_INVAL_UNPARSABLE,  /* mutation-port segments that could not be parsed with certainty */
+	ST_INVAL_UNPARSABLE,  /* whole-cache invalidations: segments not parsable with certainty */
+	ST_INVAL_COMMAND,     /* keys invalidated by a mutating command */
+	ST_INVAL_FLUSH,       /* whole-cache invalidations by flush_all */
+	ST_INVAL_RESTART,     /* whole-cache invalidations: the server bound or released its port */
+	ST_EXPIRED,           /* hits refused because the item's expiry had passed */
 	ST_MAX,
 };
 
@@ -36,7 +40,8 @@ struct ink_entry {
 	__u32 len;             /* bytes in item[] */
 	__u64 hash;            /* hash of the key (ink_hash) */
 	__u64 filled_ns;       /* bpf_ktime_get_ns() at fill */
-	__u64 stable_since;    /* last time a key mapping to this slot was invalidated */
+	__u64 stable_since;    /* replies to requests older than this may not fill the slot */
+	__u64 expire_ns;       /* not served from this time on (ktime); ~0 = never */
 	__u16 key_len;
 	__u16 pad0;
 	__u32 pad1;
@@ -50,6 +55,11 @@ struct ink_req_key {
 	__u16 req_id;          /* memcached UDP request id, network order */
 	__u32 pad;
 };
+
+/* Kernel-side expiry of a key, learned from the last mutation that set it (ktime ns).
+ * 1 = already expired or unknown (never serve), ~0 = never expires. */
+#define EXP_NEVER   (~0ULL)
+#define EXP_UNKNOWN 1ULL
 
 struct ink_req_val {
 	__u64 ts_ns;           /* when the request arrived */

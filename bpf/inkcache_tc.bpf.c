@@ -23,7 +23,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	struct ink_entry *e;
 	int kend, fend, bend, eol, bytes;
 	__u32 kpos, klen, item_len, cas = 0, filled = 0;
-	__u64 h, now;
+	__u64 h, now, exp, *hint;
 
 	if (!s || !g || off >= end || end > SCRATCH_LEN)
 		return -1;
@@ -68,6 +68,18 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	if (!e)
 		return -1;
 	now = bpf_ktime_get_ns();
+	/* expiry: learned from the last mutation of this key, else bounded by max_age */
+	hint = bpf_map_lookup_elem(&ttl_hints, &h);
+	if (hint)
+		exp = *hint;
+	else if (g->hint_overflow)
+		exp = EXP_UNKNOWN;
+	else
+		exp = now + max_age_ns;
+	if (exp <= now || now < g->fill_block_until) {
+		stat_inc(ST_FILL_SKIPPED);
+		return item_len;
+	}
 	bpf_spin_lock(&e->lock);
 	if (e->stable_since < req_ts && g->flush_ns < req_ts) {
 		for (__u32 c = 0; c < ITEM_CAP / 16; c++) {
@@ -82,6 +94,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 		e->hash = h;
 		e->key_len = klen;
 		e->filled_ns = now;
+		e->expire_ns = exp;
 		filled = 1;
 	}
 	bpf_spin_unlock(&e->lock);

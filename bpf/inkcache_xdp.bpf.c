@@ -50,7 +50,7 @@ __noinline int parse_get_keys(__u32 len)
 }
 
 /* Looks key k up and appends its item to scratch.out at out_off. Returns the item length, -1 on a
- * miss, -2 if the item does not fit the datagram after what is already there. */
+ * miss, -2 if the item does not fit the datagram after what is already there, -3 if it expired. */
 __noinline int lookup_copy(__u32 k, __u32 out_off)
 {
 	struct scratch *s = get_scratch();
@@ -77,8 +77,12 @@ __noinline int lookup_copy(__u32 k, __u32 out_off)
 	ilen = e->len;
 	if (ilen == 0 || ilen > ITEM_MAX || e->hash != h || e->key_len != klen)
 		goto out;
-	if (e->filled_ns <= flush || now - e->filled_ns > max_age_ns)
+	if (e->filled_ns <= flush)
 		goto out;
+	if (now >= e->expire_ns) {
+		ret = -3;
+		goto out;
+	}
 	for (__u32 i = 0; i < KEY_MAX; i++) {
 		if (i >= klen)
 			break;
@@ -103,8 +107,70 @@ out:
 	return ret;
 }
 
+/* Kernel expiry for the exptime token at buf[start, end); unknown if it does not parse. */
+static __always_inline __u64 exp_from_token(__u32 start, __u32 end)
+{
+	struct ink_global *g = global_state();
+	__s64 e = parse_exptime(start, end);
+
+	if (!g || e == EXPTIME_BAD)
+		return EXP_UNKNOWN;
+	return exptime_to_ns(e, bpf_ktime_get_ns(), g);
+}
+
+/* Meta commands: the expiry a T<ttl> (or N<ttl>, vivify) flag among the tokens in [pos, eol)
+ * sets, else `dflt`. */
+__noinline __u64 meta_exp(__u32 pos, __u32 eol, __u64 dflt)
+{
+	struct scratch *s = get_scratch();
+
+	if (!s)
+		return EXP_UNKNOWN;
+	for (__u32 i = 0; i < 16; i++) {
+		int t;
+		__u8 c;
+		if (pos >= eol)
+			break;
+		t = scan_token(pos, eol);
+		if (t < 0)
+			return EXP_UNKNOWN;
+		if ((__u32)t > pos) {
+			c = BUF(s, pos);
+			if (c == 'T' || c == 'N')
+				return exp_from_token(pos + 1, t);
+		}
+		pos = t + 1;
+	}
+	return dflt;
+}
+
+/* flush_all [delay]: voids everything now and, with a delay, refuses fills until the delayed
+ * flush has surely happened in the server. */
+static __always_inline void flush_command(__u32 tend, int eol)
+{
+	struct ink_global *g = global_state();
+	__u64 now = bpf_ktime_get_ns(), until = 0;
+
+	invalidate_all(ST_INVAL_FLUSH);
+	if (!g || invalidation_off)
+		return;
+	if (eol < 0) {
+		until = now + 2592000ULL * NS_PER_SEC; /* delay cut off: assume the longest */
+	} else if (BUF(get_scratch(), tend) == ' ') {
+		int t = scan_token(tend + 1, eol);
+		__s64 d = t > 0 ? parse_exptime(tend + 1, t) : EXPTIME_BAD;
+		if (d > 0 && d != EXPTIME_BAD) {
+			__u64 at = exptime_to_ns(d + 1, now, g); /* +1: exptime_to_ns is 1 s early */
+			until = (at == EXP_UNKNOWN ? now : at) + 2 * NS_PER_SEC;
+		}
+	}
+	if (until > g->fill_block_until)
+		g->fill_block_until = until;
+}
+
 /* Walks the commands of a request segment (TCP or UDP) and invalidates every key a command may
- * change. Anything it cannot parse with certainty invalidates the whole cache. */
+ * change, recording the expiry it sets. Anything it cannot parse with certainty invalidates the
+ * whole cache. */
 __noinline int invalidate_mutations(__u32 len)
 {
 	struct scratch *s = get_scratch();
@@ -113,8 +179,9 @@ __noinline int invalidate_mutations(__u32 len)
 	if (!s)
 		return -1;
 	for (__u32 c = 0; c < MAX_CMDS; c++) {
-		int tend, eol, kend, cmd;
-		__u32 kpos;
+		int tend, eol, kend, cmd, t1, t2, t3, bytes = 0;
+		__u32 kpos, klen;
+		__u64 exp;
 
 		if (pos >= len)
 			return 0;
@@ -132,7 +199,7 @@ __noinline int invalidate_mutations(__u32 len)
 			continue;
 		}
 		if (cmd == CMD_FLUSH) {
-			invalidate_all();
+			flush_command(tend, eol);
 			if (eol < 0)
 				return 0;
 			pos = eol + 1;
@@ -141,8 +208,9 @@ __noinline int invalidate_mutations(__u32 len)
 		kpos = tend + 1;
 		if (cmd == CMD_GAT) { /* gat <exptime> <key>* */
 			int xend = scan_token(kpos, len);
-			if (xend < 0 || eol < 0)
+			if (xend < 0 || eol < 0 || (__u32)xend >= (__u32)eol)
 				goto unsure;
+			exp = exp_from_token(kpos, xend);
 			kpos = xend + 1;
 			for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
 				kend = scan_token(kpos, eol);
@@ -150,7 +218,7 @@ __noinline int invalidate_mutations(__u32 len)
 					break;
 				if ((__u32)kend - kpos > KEY_MAX)
 					goto unsure;
-				invalidate_key(kpos, (__u32)kend - kpos);
+				invalidate_key(kpos, (__u32)kend - kpos, exp);
 				kpos = kend + 1;
 				if (kpos >= (__u32)eol)
 					break;
@@ -167,28 +235,51 @@ __noinline int invalidate_mutations(__u32 len)
 		kend = scan_token(kpos, len);
 		if (kend < 0 || (__u32)kend <= kpos || (__u32)kend >= len || (__u32)kend - kpos > KEY_MAX)
 			goto unsure;
-		invalidate_key(kpos, (__u32)kend - kpos);
-		if (eol < 0)
-			return 0; /* the key is handled; the rest of the command is in the next segment */
+		klen = (__u32)kend - kpos;
+		if (eol < 0) {
+			/* the key is known, the rest of the command comes in the next segment */
+			exp = cmd == CMD_DELETE || cmd == CMD_META_DEL ? HINT_DELETE :
+			      cmd == CMD_ARITH ? HINT_KEEP : EXP_UNKNOWN;
+			invalidate_key(kpos, klen, exp);
+			return 0;
+		}
+		switch (cmd) {
+		case CMD_STORE: /* <cmd> <key> <flags> <exptime> <bytes> [<cas>] [noreply] */
+			t1 = scan_token(kend + 1, eol);
+			t2 = t1 < 0 ? -1 : scan_token(t1 + 1, eol);
+			t3 = t2 < 0 ? -1 : scan_token(t2 + 1, eol);
+			if (t3 < 0)
+				goto unsure;
+			exp = exp_from_token(t1 + 1, t2);
+			bytes = parse_uint(t2 + 1, t3);
+			break;
+		case CMD_META_SET: /* ms <key> <datalen> <flag>* */
+			t1 = scan_token(kend + 1, eol);
+			if (t1 < 0)
+				goto unsure;
+			bytes = parse_uint(kend + 1, t1);
+			exp = meta_exp(t1 + 1, eol, EXP_NEVER);
+			break;
+		case CMD_TOUCH: /* touch <key> <exptime> [noreply] */
+			t1 = scan_token(kend + 1, eol);
+			exp = t1 < 0 ? EXP_UNKNOWN : exp_from_token(kend + 1, t1);
+			break;
+		case CMD_DELETE:
+		case CMD_META_DEL:
+			exp = HINT_DELETE;
+			break;
+		case CMD_ARITH:
+			exp = HINT_KEEP;
+			break;
+		default: /* mg, ma */
+			exp = meta_exp(kend + 1, eol, HINT_KEEP);
+			break;
+		}
+		invalidate_key(kpos, klen, exp);
 		if (cmd == CMD_STORE || cmd == CMD_META_SET) {
-			/* skip the data block: the byte count is the 4th token of set-like commands
-			 * (set <key> <flags> <exptime> <bytes>) and the 2nd of ms (ms <key> <datalen>) */
-			__u32 tpos = kend + 1;
-			int bytes, t = kend;
-			__u32 want = cmd == CMD_STORE ? 3 : 1;
-			for (__u32 i = 0; i < 3; i++) {
-				if (i >= want)
-					break;
-				t = scan_token(tpos, eol);
-				if (t < 0)
-					goto unsure;
-				if (i + 1 < want)
-					tpos = t + 1;
-			}
-			bytes = parse_uint(tpos, t);
 			if (bytes < 0)
 				goto unsure;
-			pos = eol + 1 + bytes + 2;
+			pos = eol + 1 + bytes + 2; /* skip the data block */
 			if (pos > len)
 				return 0; /* the data block continues in the next segment */
 			continue;
@@ -198,8 +289,7 @@ __noinline int invalidate_mutations(__u32 len)
 	if (pos >= len)
 		return 0;
 unsure:
-	stat_inc(ST_INVAL_UNPARSABLE);
-	invalidate_all();
+	invalidate_all(ST_INVAL_UNPARSABLE);
 	return 1;
 }
 
@@ -341,6 +431,8 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 			break;
 		r = lookup_copy(k, out);
 		if (r < 0) {
+			if (r == -3)
+				stat_inc(ST_EXPIRED);
 			stat_inc(r == -2 ? ST_TOO_BIG : ST_MISSES);
 			remember_request(p, req_id);
 			return XDP_PASS;
@@ -401,13 +493,12 @@ int inkcache_xdp(struct xdp_md *ctx)
 		if (plen > SCRATCH_LEN)
 			plen = SCRATCH_LEN; /* commands beyond are unseen: the parser then cannot be sure */
 		if (bpf_xdp_load_bytes(ctx, p.payload_off, s->buf, plen)) {
-			invalidate_all();
+			invalidate_all(ST_INVAL_UNPARSABLE);
 			stat_inc(ST_ERRORS);
 			return XDP_PASS;
 		}
 		if (plen < p.payload_len) {
-			stat_inc(ST_INVAL_UNPARSABLE);
-			invalidate_all();
+			invalidate_all(ST_INVAL_UNPARSABLE);
 		} else {
 			invalidate_mutations(plen);
 		}
@@ -433,7 +524,7 @@ int inkcache_xdp(struct xdp_md *ctx)
 	}
 	if (bpf_xdp_load_bytes(ctx, p.payload_off + UDP_HDR_MC, s->buf, plen)) {
 		stat_inc(ST_ERRORS);
-		invalidate_all();
+		invalidate_all(ST_INVAL_UNPARSABLE);
 		return XDP_PASS;
 	}
 	if (plen >= 7 && buf_eq(s, 0, "get ", 4))

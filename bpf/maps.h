@@ -12,6 +12,10 @@
  * requests seen before it are void. */
 struct ink_global {
 	__u64 flush_ns;
+	__u64 fill_block_until; /* flush_all <delay>: no fills until the delayed flush has happened */
+	__s64 realtime_off_ns;  /* CLOCK_REALTIME - CLOCK_MONOTONIC, set at attach (absolute exptimes) */
+	__u32 hint_overflow;    /* ttl_hints was full once: keys without a hint are not cached */
+	__u32 pad;
 };
 
 struct {
@@ -59,6 +63,15 @@ struct {
 	__type(value, struct ink_global);
 	__uint(max_entries, 1);
 } global SEC(".maps");
+
+/* Expiry learned from mutations, by key hash (EXP_* values). A key without an entry was not
+ * written since attach: it is served at most max_age after its fill. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, __u64);
+	__uint(max_entries, 262144);
+} ttl_hints SEC(".maps");
 
 /* The control plane's record of an attachment (JSON), read by `inkcache status` and `detach`.
  * No program touches it. */

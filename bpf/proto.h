@@ -157,6 +157,38 @@ __noinline int parse_uint(__u32 start, __u32 end)
 	return (int)v;
 }
 
+#define EXPTIME_BAD (1LL << 62)
+
+/* The signed decimal number in buf[start, end) (memcached's exptime), or EXPTIME_BAD. */
+__noinline __s64 parse_exptime(__u32 start, __u32 end)
+{
+	struct scratch *s = get_scratch();
+	__s64 v = 0;
+	int neg = 0;
+
+	if (!s || end <= start || end - start > 19)
+		return EXPTIME_BAD;
+	if (BUF(s, start) == '-') {
+		neg = 1;
+		start++;
+		if (end <= start)
+			return EXPTIME_BAD;
+	}
+	for (__u32 i = 0; i < 18; i++) {
+		__u32 pos = start + i;
+		__u8 c;
+		if (pos >= end)
+			break;
+		c = BUF(s, pos);
+		if (c < '0' || c > '9')
+			return EXPTIME_BAD;
+		v = v * 10 + (c - '0');
+	}
+	if (end - start > 18)
+		return EXPTIME_BAD;
+	return neg ? -v : v;
+}
+
 /* 64-bit FNV-1a of the key at buf[off, off+len). The control plane has the same function. */
 __noinline __u64 key_hash(__u32 off, __u32 len)
 {
@@ -191,10 +223,13 @@ enum mc_cmd {
 	CMD_UNKNOWN = 0,
 	CMD_GET,       /* get, gets (read-only, keys follow) */
 	CMD_STORE,     /* set add replace append prepend cas: key, then flags exptime bytes [cas] */
-	CMD_KEYED,     /* delete incr decr touch: one key */
+	CMD_DELETE,    /* delete <key> */
+	CMD_TOUCH,     /* touch <key> <exptime> */
+	CMD_ARITH,     /* incr decr <key> <delta>: value changes, expiry does not */
 	CMD_GAT,       /* gat gats: exptime, then keys */
 	CMD_META_SET,  /* ms <key> <datalen> <flags>* */
-	CMD_META_KEY,  /* mg md ma: one key (mg may mutate with flags: treated as a mutation) */
+	CMD_META_DEL,  /* md <key> <flags>* */
+	CMD_META_KEY,  /* mg ma <key> <flags>*: may mutate (mg T/N/E/R, ma): treated as a mutation */
 	CMD_FLUSH,     /* flush_all */
 	CMD_HARMLESS,  /* stats version verbosity quit mn me misbehave: no data changes */
 };
@@ -205,7 +240,9 @@ static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
 	case 2:
 		if (buf_eq(s, off, "ms", 2))
 			return CMD_META_SET;
-		if (buf_eq(s, off, "mg", 2) || buf_eq(s, off, "md", 2) || buf_eq(s, off, "ma", 2))
+		if (buf_eq(s, off, "md", 2))
+			return CMD_META_DEL;
+		if (buf_eq(s, off, "mg", 2) || buf_eq(s, off, "ma", 2))
 			return CMD_META_KEY;
 		if (buf_eq(s, off, "mn", 2) || buf_eq(s, off, "me", 2))
 			return CMD_HARMLESS;
@@ -222,7 +259,7 @@ static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
 		if (buf_eq(s, off, "gets", 4))
 			return CMD_GET;
 		if (buf_eq(s, off, "incr", 4) || buf_eq(s, off, "decr", 4))
-			return CMD_KEYED;
+			return CMD_ARITH;
 		if (buf_eq(s, off, "gats", 4))
 			return CMD_GAT;
 		if (buf_eq(s, off, "quit", 4))
@@ -230,13 +267,13 @@ static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
 		return CMD_UNKNOWN;
 	case 5:
 		if (buf_eq(s, off, "touch", 5))
-			return CMD_KEYED;
+			return CMD_TOUCH;
 		if (buf_eq(s, off, "stats", 5))
 			return CMD_HARMLESS;
 		return CMD_UNKNOWN;
 	case 6:
 		if (buf_eq(s, off, "append", 6) || buf_eq(s, off, "delete", 6))
-			return buf_eq(s, off, "append", 6) ? CMD_STORE : CMD_KEYED;
+			return buf_eq(s, off, "append", 6) ? CMD_STORE : CMD_DELETE;
 		return CMD_UNKNOWN;
 	case 7:
 		if (buf_eq(s, off, "replace", 7) || buf_eq(s, off, "prepend", 7))

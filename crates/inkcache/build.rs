@@ -12,7 +12,12 @@ fn main() {
         "aarch64" => "aarch64-linux-gnu",
         other => panic!("unsupported target architecture {other}"),
     };
-    for name in ["inkcache_xdp", "inkcache_tc", "inkcache_pass"] {
+    for name in [
+        "inkcache_xdp",
+        "inkcache_tc",
+        "inkcache_sock",
+        "inkcache_pass",
+    ] {
         let src = root.join(format!("{name}.bpf.c"));
         SkeletonBuilder::new()
             .source(&src)

@@ -43,6 +43,10 @@ pub struct AttachOpts {
     pub max_age_secs: u64,
     /// Get requests remembered while waiting for their replies (bounds the `pending` map).
     pub pending_entries: u32,
+    /// Milliseconds a written key's slot refuses fills (the server's time to apply a write).
+    pub quarantine_ms: u64,
+    /// Keys whose expiry the kernel remembers (bounds the `ttl_hints` map).
+    pub ttl_hints: u32,
     /// Debug only: never invalidate (lets the consistency checker prove it can fail).
     pub debug_no_invalidation: bool,
 }
@@ -57,6 +61,8 @@ impl Default for AttachOpts {
             xdp_mode: XdpMode::Auto,
             max_age_secs: 60,
             pending_entries: 65536,
+            quarantine_ms: 1000,
+            ttl_hints: 262144,
             debug_no_invalidation: false,
         }
     }
@@ -118,7 +124,9 @@ pub fn check_kernel() -> Result<()> {
 }
 
 fn load_err(what: &str, e: libbpf_rs::Error) -> anyhow::Error {
-    anyhow::anyhow!("loading the {what} program failed (verifier or kernel): {e}")
+    anyhow::anyhow!(
+        "loading the {what} program failed (verifier or kernel): {e} (INKCACHE_DEBUG=1 shows libbpf's log)"
+    )
 }
 
 struct Target {
@@ -172,8 +180,13 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         ro.slot_mask = slots - 1;
         ro.max_age_ns = max_age_ns;
         ro.invalidation_off = opts.debug_no_invalidation as u32;
+        ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
     }
     xopen.maps.cache.set_max_entries(slots)?;
+    xopen
+        .maps
+        .ttl_hints
+        .set_max_entries(opts.ttl_hints.max(1024))?;
     xopen
         .maps
         .pending
@@ -193,9 +206,11 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         ro.slot_mask = slots - 1;
         ro.max_age_ns = max_age_ns;
         ro.invalidation_off = opts.debug_no_invalidation as u32;
+        ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
     }
     {
         let (x, t) = (&xskel.maps, &mut topen.maps);
+        t.ttl_hints.reuse_fd(x.ttl_hints.as_fd())?;
         t.cache.reuse_fd(x.cache.as_fd())?;
         t.stats.reuse_fd(x.stats.as_fd())?;
         t.ports.reuse_fd(x.ports.as_fd())?;
@@ -205,6 +220,71 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         t.meta.reuse_fd(x.meta.as_fd())?;
     }
     let tskel = topen.load().map_err(|e| load_err("TC", e))?;
+
+    let mut sobj = MaybeUninit::uninit();
+    let mut sopen = skel::sock::InkcacheSockSkelBuilder::default()
+        .open(&mut sobj)
+        .context("opening the socket-hook object")?;
+    {
+        let ro = sopen
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("socket object has no rodata")?;
+        ro.netns_cookie = sys::netns_cookie().unwrap_or(0);
+        ro.invalidation_off = opts.debug_no_invalidation as u32;
+    }
+    {
+        let (x, t) = (&xskel.maps, &mut sopen.maps);
+        t.ports.reuse_fd(x.ports.as_fd())?;
+        t.global.reuse_fd(x.global.as_fd())?;
+        t.stats.reuse_fd(x.stats.as_fd())?;
+    }
+    let sskel = sopen.load().map_err(|e| load_err("socket-hook", e))?;
+    // The server (re)starting or stopping empties the cache: hooks on the root cgroup v2 see every
+    // bind and release on the host; the programs keep to the server's namespace and ports.
+    let cgroup = sys::cgroup2_root()?;
+    let cg = std::fs::File::open(&cgroup)
+        .with_context(|| format!("opening cgroup {}", cgroup.display()))?;
+    let links = [
+        (
+            "link_bind4",
+            sskel.progs.inkcache_bind4.attach_cgroup(cg.as_raw_fd()),
+        ),
+        (
+            "link_bind6",
+            sskel.progs.inkcache_bind6.attach_cgroup(cg.as_raw_fd()),
+        ),
+        (
+            "link_release",
+            sskel.progs.inkcache_release.attach_cgroup(cg.as_raw_fd()),
+        ),
+    ];
+    let mut cg_links = Vec::new();
+    for (name, l) in links {
+        let l = l.map_err(|e| {
+            Error::KernelLacks(format!(
+                "cgroup socket hooks ({name}: {e}; needs Linux 5.9+)"
+            ))
+        })?;
+        cg_links.push((name, l));
+    }
+
+    // Absolute exptimes are unix times; the programs keep time with CLOCK_MONOTONIC.
+    {
+        use nix::time::{clock_gettime, ClockId};
+        let rt = clock_gettime(ClockId::CLOCK_REALTIME)?;
+        let mono = clock_gettime(ClockId::CLOCK_MONOTONIC)?;
+        let ns =
+            |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
+        let off = (ns(rt) - ns(mono)) as i64;
+        let mut g = vec![0u8; xskel.maps.global.value_size() as usize];
+        g[16..24].copy_from_slice(&off.to_ne_bytes()); // struct ink_global.realtime_off_ns
+        xskel
+            .maps
+            .global
+            .update(&0u32.to_ne_bytes(), &g, MapFlags::ANY)?;
+    }
 
     for p in &opts.ports {
         xskel
@@ -228,7 +308,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     let group: Vec<String> = targets.iter().map(|t| t.iface.clone()).collect();
     let mut done: Vec<AttachInfo> = Vec::new();
     for t in &targets {
-        let r = attach_one(opts, t, &xskel, &tskel, slots, &allow, &group);
+        let r = attach_one(opts, t, &xskel, &tskel, &cg_links, slots, &allow, &group);
         match r {
             Ok(info) => done.push(info),
             Err(e) => {
@@ -287,11 +367,13 @@ fn xdp_attach(prog: &Program<'_>, t: &Target, mode: XdpMode) -> Result<&'static 
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn attach_one(
     opts: &AttachOpts,
     t: &Target,
     xskel: &skel::xdp::InkcacheXdpSkel<'_>,
     tskel: &skel::tc::InkcacheTcSkel<'_>,
+    cg_links: &[(&str, libbpf_rs::Link)],
     slots: u32,
     allow: &[IpNet],
     group: &[String],
@@ -332,12 +414,17 @@ fn attach_one(
         entry_bytes: ENTRY_BYTES as u32,
         item_max: ITEM_MAX as u32,
         max_age_secs: opts.max_age_secs,
+        quarantine_ms: opts.quarantine_ms,
         group: group.to_vec(),
     };
     let pin = || -> Result<()> {
         std::fs::create_dir_all(&t.dir).with_context(|| format!("creating {}", t.dir.display()))?;
         let m = &xskel.maps;
-        let maps: [(&str, &dyn MapCore); 7] = [
+        for (name, link) in cg_links {
+            pin_fd(link.as_fd(), &t.dir.join(name))?;
+        }
+        let maps: [(&str, &dyn MapCore); 8] = [
+            ("ttl_hints", &m.ttl_hints),
             ("cache", &m.cache),
             ("stats", &m.stats),
             ("ports", &m.ports),

@@ -46,6 +46,13 @@ enum Cmd {
         /// Get requests remembered while their replies are awaited.
         #[arg(long, default_value_t = 65536)]
         pending: u32,
+        /// Milliseconds a written key is not filled from replies (the server's time to apply a
+        /// write).
+        #[arg(long, default_value_t = 1000)]
+        quarantine_ms: u64,
+        /// Keys whose expiry (learned from mutations) the kernel remembers.
+        #[arg(long, default_value_t = 262144)]
+        ttl_hints: u32,
         /// Debug: never invalidate (for proving the consistency checker can fail).
         #[arg(long, hide = true)]
         debug_no_invalidation: bool,
@@ -117,6 +124,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    // libbpf's own messages (verifier logs) only on request: errors are one line.
+    if std::env::var_os("INKCACHE_DEBUG").is_none() {
+        libbpf_rs::set_print(None);
+    }
     if let Some(ns) = &cli.netns {
         sys::require_root()?;
         sys::enter_netns(ns)?;
@@ -130,6 +141,8 @@ fn run(cli: Cli) -> Result<()> {
             xdp_mode,
             max_age,
             pending,
+            quarantine_ms,
+            ttl_hints,
             debug_no_invalidation,
         } => {
             let opts = AttachOpts {
@@ -140,6 +153,8 @@ fn run(cli: Cli) -> Result<()> {
                 xdp_mode,
                 max_age_secs: max_age,
                 pending_entries: pending,
+                quarantine_ms,
+                ttl_hints,
                 debug_no_invalidation,
             };
             for info in inkcache::attach(&opts)? {

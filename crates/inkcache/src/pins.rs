@@ -36,6 +36,8 @@ pub struct AttachInfo {
     pub entry_bytes: u32,
     pub item_max: u32,
     pub max_age_secs: u64,
+    #[serde(default)]
+    pub quarantine_ms: u64,
     /// Interfaces attached by the same command: they share the cache and the counters.
     pub group: Vec<String>,
 }

@@ -17,6 +17,10 @@ const NAMES: &[&str] = &[
     "errors",
     "fill_skipped",
     "inval_unparsable",
+    "inval_command",
+    "inval_flush",
+    "inval_restart",
+    "expired",
 ];
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -39,8 +43,16 @@ pub struct Stats {
     pub errors: u64,
     /// Replies not installed: guarded by a recent write, CAS-bearing, too large, or unmatched.
     pub fill_skipped: u64,
-    /// Request segments that could not be parsed with certainty (the whole cache was invalidated).
+    /// Whole-cache invalidations: request segments that could not be parsed with certainty.
     pub inval_unparsable: u64,
+    /// Keys invalidated by mutating commands.
+    pub inval_command: u64,
+    /// Whole-cache invalidations by flush_all.
+    pub inval_flush: u64,
+    /// Whole-cache invalidations: the server stopped or (re)started (released or bound its port).
+    pub inval_restart: u64,
+    /// Hits refused because the item had expired.
+    pub expired: u64,
 }
 
 impl Stats {
@@ -56,6 +68,10 @@ impl Stats {
             7 => &mut self.errors,
             8 => &mut self.fill_skipped,
             9 => &mut self.inval_unparsable,
+            10 => &mut self.inval_command,
+            11 => &mut self.inval_flush,
+            12 => &mut self.inval_restart,
+            13 => &mut self.expired,
             _ => return,
         };
         *f = v;
@@ -97,6 +113,10 @@ impl Stats {
             self.errors,
             self.fill_skipped,
             self.inval_unparsable,
+            self.inval_command,
+            self.inval_flush,
+            self.inval_restart,
+            self.expired,
         ];
         NAMES.iter().copied().zip(v).collect()
     }

@@ -94,3 +94,47 @@ pub fn connected_subnets(iface: &str) -> Result<Vec<IpNet>> {
     }
     Ok(nets)
 }
+
+/// The network namespace cookie of the current namespace (SO_NETNS_COOKIE, Linux 5.14+).
+pub fn netns_cookie() -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0")
+        .or_else(|_| std::net::UdpSocket::bind("[::1]:0"))
+        .ok()?;
+    let mut cookie: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cookie`, a live u64 on our stack, and
+    // the socket fd is open for the duration of the call.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            71, // SO_NETNS_COOKIE
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && cookie != 0).then_some(cookie)
+}
+
+/// Where the cgroup v2 hierarchy is mounted; mounts one under /run/inkcache if there is none.
+pub fn cgroup2_root() -> Result<std::path::PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
+    for l in mounts.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() > 2 && f[2] == "cgroup2" {
+            return Ok(f[1].into());
+        }
+    }
+    let dir = Path::new("/run/inkcache/cgroup2");
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    mount(
+        Some("cgroup2"),
+        dir,
+        Some("cgroup2"),
+        MsFlags::empty(),
+        None::<&str>,
+    )
+    .map_err(|e| Error::KernelLacks(format!("cgroup v2 (mount failed: {e})")))?;
+    Ok(dir.into())
+}

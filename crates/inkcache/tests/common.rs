@@ -18,6 +18,15 @@ use inkproto::{
 use testkit::{Netns, Pair, Server, SRV_V4};
 
 pub const PORT: u16 = 11211;
+/// Write quarantine used by the tests (see `inkcache attach --quarantine-ms`).
+pub const QUARANTINE_MS: &str = "50";
+
+/// Waits until a write's quarantine is over, so that the next get may fill.
+pub fn settle() {
+    std::thread::sleep(Duration::from_millis(
+        QUARANTINE_MS.parse::<u64>().unwrap() + 20,
+    ));
+}
 
 pub struct Rig {
     pub pair: Pair,
@@ -74,6 +83,9 @@ impl Rig {
             &port,
             "--cache-mb",
             "8",
+            // a short write quarantine keeps the tests quick: `set()` waits it out
+            "--quarantine-ms",
+            QUARANTINE_MS,
         ];
         args.extend_from_slice(extra);
         let out = self.inkcache(&args);
@@ -281,6 +293,7 @@ pub fn set(rig: &Rig, key: &str, flags: u32, value: &[u8]) {
         false,
     );
     assert_eq!(rig.tcp(&req), Response::Stored);
+    settle();
 }
 
 pub fn ns_of(rig: &Rig) -> &Netns {

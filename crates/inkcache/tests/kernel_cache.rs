@@ -19,6 +19,7 @@ fn hit_is_answered_by_the_kernel() {
         let c = memcache::connect(url.as_str()).expect("memcache crate client");
         c.set("alpha", "hello kernel", 0).expect("set");
     });
+    settle();
     // the first get misses in the kernel; memcached answers and its reply fills the cache
     let first = rig.udp_get(1, b"get alpha\r\n").expect("reply");
     assert_eq!(
