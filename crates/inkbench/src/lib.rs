@@ -20,11 +20,13 @@
 pub mod admin;
 pub mod check;
 pub mod config;
+pub mod echo;
 pub mod engine;
 pub mod pacer;
 pub mod plot;
 pub mod report;
 pub mod sample;
+pub mod scenario;
 pub mod tcp;
 pub mod udp;
 pub mod workload;

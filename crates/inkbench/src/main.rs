@@ -31,6 +31,43 @@ enum Cmd {
     /// Consistency check: writers over TCP, readers over UDP on a small hot key set; reports
     /// every read that returned a stale or expired value. Exits with status 3 on violations.
     Check(CheckArgs),
+    /// Benchmark scenarios that set up namespaces, servers and the kernel cache themselves.
+    #[command(subcommand)]
+    Scenario(ScenarioCmd),
+}
+
+#[derive(Subcommand)]
+enum ScenarioCmd {
+    /// Stock memcached vs memcached+inkcache vs the XDP echo floor (and inkcached) on a target
+    /// and a non-target workload; writes results.json, results.md and SVG plots to --out.
+    Paper(PaperArgs),
+}
+
+#[derive(Args, Clone)]
+struct PaperArgs {
+    /// Short runs and a small key space (under 2 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Output directory.
+    #[arg(long, default_value = "docs/results")]
+    out: std::path::PathBuf,
+    /// The inkcache CLI [default: next to this binary, or $INKCACHE_BIN].
+    #[arg(long)]
+    inkcache: Option<std::path::PathBuf>,
+    /// The inkcached server [default: next to this binary, or $INKCACHED_BIN].
+    #[arg(long)]
+    inkcached: Option<std::path::PathBuf>,
+    #[arg(long, default_value = "/usr/bin/memcached")]
+    memcached: std::path::PathBuf,
+    /// Worker threads of memcached and inkcached (they get one core).
+    #[arg(long, default_value_t = 1)]
+    server_threads: usize,
+    /// UDP requests in flight in the max-throughput runs.
+    #[arg(long, default_value_t = 32)]
+    inflight: usize,
+    /// Skip the memcaslap cross-check.
+    #[arg(long)]
+    no_memcaslap: bool,
 }
 
 #[derive(Args, Clone)]
@@ -388,11 +425,33 @@ fn cmd_check(a: &CheckArgs) -> Result<bool> {
     Ok(rep.violations > 0)
 }
 
+fn cmd_paper(a: &PaperArgs) -> Result<()> {
+    let mut o = inkbench::scenario::PaperOpts::new(a.out.clone(), a.quick);
+    if a.inkcache.is_some() {
+        o.inkcache = a.inkcache.clone();
+    }
+    if a.inkcached.is_some() {
+        o.inkcached = a.inkcached.clone();
+    }
+    o.memcached = a.memcached.clone();
+    o.server_threads = a.server_threads;
+    o.inflight = a.inflight;
+    o.memcaslap = !a.no_memcaslap;
+    let res = inkbench::scenario::paper(&o)?;
+    print!("{}", inkbench::scenario::summary(&res));
+    println!(
+        "wrote {}/results.json, results.md and plots",
+        o.out.display()
+    );
+    Ok(())
+}
+
 fn main() {
     let cli = Cli::parse();
     let r = match &cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Sample(a) => cmd_sample(a),
+        Cmd::Scenario(ScenarioCmd::Paper(a)) => cmd_paper(a),
         Cmd::Check(a) => match cmd_check(a) {
             Ok(true) => std::process::exit(3),
             Ok(false) => Ok(()),
