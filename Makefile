@@ -30,7 +30,7 @@ lint: deps
 
 # Every test: unit, property and integration tests (real kernel, namespaces, memcached).
 test: build
-	$(CARGO) test --release --workspace -- --test-threads=2
+	$(CARGO) test --release --workspace --no-fail-fast -- --test-threads=2
 
 demo: build
 	BIN=target/release scripts/demo.sh
