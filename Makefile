@@ -31,6 +31,9 @@ lint: deps
 # Every test: unit, property and integration tests (real kernel, namespaces, memcached).
 test: build
 	$(CARGO) test --release --workspace --no-fail-fast -- --test-threads=2
+	# the kernel cache's tests again, with inkcached as the server instead of stock memcached
+	INKCACHE_TEST_SERVER=inkcached INKCACHED_BIN=$(CURDIR)/target/release/inkcached \
+	    $(CARGO) test --release -p inkcache --no-fail-fast -- --test-threads=2
 
 demo: build
 	BIN=target/release scripts/demo.sh

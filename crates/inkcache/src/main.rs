@@ -225,18 +225,30 @@ fn status(json: bool) -> Result<()> {
     sys::ensure_bpffs()?;
     let mut rows = Vec::new();
     for dir in pins::list()? {
-        let info = pins::read_info(&dir)?;
+        // another inkcache may be attaching or detaching right now: skip what is incomplete
+        let Ok(info) = pins::read_info(&dir) else {
+            if dir.exists() {
+                eprintln!(
+                    "inkcache: {}: incomplete attachment (no readable record)",
+                    dir.display()
+                );
+            }
+            continue;
+        };
         let xdp_attached = if sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
-            let fd = libbpf_rs::Program::fd_from_pinned_path(dir.join("xdp"))?;
-            let q = libbpf_rs::Xdp::new(std::os::fd::AsFd::as_fd(&fd))
-                .query(info.ifindex as i32, libbpf_rs::XdpFlags::NONE)?;
-            [q.prog_id, q.drv_prog_id, q.skb_prog_id].contains(&info.xdp_prog_id)
+            libbpf_rs::Program::fd_from_pinned_path(dir.join("xdp"))
+                .and_then(|fd| {
+                    libbpf_rs::Xdp::new(std::os::fd::AsFd::as_fd(&fd))
+                        .query(info.ifindex as i32, libbpf_rs::XdpFlags::NONE)
+                })
+                .map(|q| [q.prog_id, q.drv_prog_id, q.skb_prog_id].contains(&info.xdp_prog_id))
+                .unwrap_or(false)
         } else {
             false
         };
         rows.push(StatusRow {
             cache_bytes: info.slots as u64 * info.entry_bytes as u64,
-            filled_slots: filled(&dir)?,
+            filled_slots: filled(&dir).unwrap_or(0),
             pin_dir: dir.display().to_string(),
             xdp_attached,
             info,

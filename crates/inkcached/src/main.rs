@@ -74,9 +74,16 @@ fn listen_addrs(cli: &Cli) -> Result<Vec<IpAddr>> {
         }
     }
     if out.is_empty() {
+        // like memcached: every IPv4 and IPv6 address (IPv6 skipped if the host has none)
         out.push(IpAddr::from([0, 0, 0, 0]));
+        out.push(IpAddr::from([0u16; 8]));
     }
     Ok(out)
+}
+
+/// With no `-l`, the IPv6 wildcard is best effort: hosts without IPv6 still start.
+fn optional(cli: &Cli, ip: IpAddr) -> bool {
+    cli.listen.is_empty() && ip.is_ipv6()
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -102,21 +109,27 @@ fn run(cli: Cli) -> Result<()> {
         })
         .collect();
     for &ip in &addrs {
-        if cli.port != 0 {
-            for (w, s) in net::bind_group(SocketAddr::new(ip, cli.port), true, n)?
-                .into_iter()
-                .enumerate()
-            {
-                per_worker[w].tcp.push(s);
-            }
+        let tcp = match cli.port {
+            0 => Vec::new(),
+            p => match net::bind_group(SocketAddr::new(ip, p), true, n) {
+                Ok(v) => v,
+                Err(_) if optional(&cli, ip) => continue,
+                Err(e) => return Err(e),
+            },
+        };
+        let udp = match cli.udp_port {
+            0 => Vec::new(),
+            p => match net::bind_group(SocketAddr::new(ip, p), false, n) {
+                Ok(v) => v,
+                Err(_) if optional(&cli, ip) => continue,
+                Err(e) => return Err(e),
+            },
+        };
+        for (w, s) in tcp.into_iter().enumerate() {
+            per_worker[w].tcp.push(s);
         }
-        if cli.udp_port != 0 {
-            for (w, s) in net::bind_group(SocketAddr::new(ip, cli.udp_port), false, n)?
-                .into_iter()
-                .enumerate()
-            {
-                per_worker[w].udp.push(s);
-            }
+        for (w, s) in udp.into_iter().enumerate() {
+            per_worker[w].udp.push(s);
         }
     }
     let settings = Settings {
