@@ -256,3 +256,41 @@ fn server_restart_empties_the_cache() {
         assert_eq!(rig.udp_get(20 + i, b"get r\r\n").unwrap(), b"END\r\n");
     }
 }
+
+/// Clients on the server's own host reach it over loopback: attaching `lo` as well makes their
+/// mutations invalidate (and their gets hit).
+#[test]
+fn loopback_mutations_invalidate_when_lo_is_attached() {
+    let rig = Rig::attached(&["--iface", "lo"]).unwrap();
+    struct DetachLo<'a>(&'a Rig);
+    impl Drop for DetachLo<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.inkcache(&["detach", "--iface", "lo"]);
+        }
+    }
+    let _lo = DetachLo(&rig);
+    set(&rig, "lk", 0, b"old");
+    cache_it(&rig, "lk");
+    // a client inside the server's namespace: its traffic to 198.18.0.1 goes over lo
+    let addr = rig.server_addr();
+    let r = rig
+        .pair
+        .server
+        .run(|| common::tcp_request(addr, b"set lk 0 0 3\r\nnew\r\n").unwrap());
+    assert_eq!(r, inkproto::client::Response::Stored);
+    assert_fresh(&rig, "lk", "a set over loopback");
+    // and the local client's own gets are answered by the kernel too
+    settle();
+    rig.udp_get(30, b"get lk\r\n").unwrap();
+    let hits = rig.stat("hits");
+    let local = rig.pair.server.run(|| {
+        common::udp_exchange(
+            addr,
+            &frame_request(31, b"get lk\r\n"),
+            Duration::from_millis(500),
+        )
+        .unwrap()
+    });
+    assert_eq!(assemble(&local).unwrap(), b"VALUE lk 0 3\r\nnew\r\nEND\r\n");
+    assert_eq!(rig.stat("hits"), hits + 1, "{}", rig.stats());
+}
