@@ -284,6 +284,18 @@ pub struct Point {
     pub kernel_hit_ratio: Option<f64>,
 }
 
+impl Point {
+    /// Share of the server CPU's busy time that was not the server tasks' (other jobs).
+    pub fn cpu_other_share(&self) -> f64 {
+        if self.server_ns_per_req > 0.0 {
+            ((self.server_ns_per_req - self.attributed_ns_per_req) / self.server_ns_per_req)
+                .max(0.0)
+        } else {
+            0.0
+        }
+    }
+}
+
 /// Per-program cost from `kernel.bpf_stats_enabled` (run_time_ns / run_cnt).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProgProfile {

@@ -54,14 +54,43 @@ pub fn derive(res: &mut PaperResults) {
         }
     }
     let g = |k: &str| ratios.get(k).copied();
+    // If other jobs ran on the server CPU (a shared machine), its busy time is not the server's:
+    // then the cost basis is the server tasks' own CPU time instead.
+    let other = [
+        ("target", Setup::Memcached),
+        ("target", Setup::MemcachedInkcache),
+        ("target", Setup::XdpEcho),
+        ("nontarget", Setup::Memcached),
+        ("nontarget", Setup::MemcachedInkcache),
+    ]
+    .iter()
+    .filter_map(|(w, s)| max_of(res, w, *s))
+    .map(Point::cpu_other_share)
+    .fold(0.0, f64::max);
+    let attributed = other > 0.25;
+    let basis = if attributed {
+        format!(
+            "cost basis: the server tasks' own CPU time, because up to {:.0}% of CPU1's busy \
+             time belonged to other jobs",
+            other * 100.0
+        )
+    } else {
+        "cost basis: CPU1 busy time".to_string()
+    };
+    let cap = |wl: &str, pair: &str| {
+        let what = if attributed {
+            "capacity_attributed"
+        } else {
+            "capacity"
+        };
+        g(&format!("{wl}.{what}.{pair}"))
+    };
     let tput_x = g("target.throughput.memcachedinkcache/memcached");
-    let cap_x = g("target.capacity.memcachedinkcache/memcached");
-    let cap_floor = g("target.capacity.memcachedinkcache/xdpecho");
+    let cap_x = cap("target", "memcachedinkcache/memcached");
+    let cap_floor = cap("target", "memcachedinkcache/xdpecho");
     let tput_floor = g("target.throughput.memcachedinkcache/xdpecho");
-    let cap_x_attr = g("target.capacity_attributed.memcachedinkcache/memcached");
-    let cap_floor_attr = g("target.capacity_attributed.memcachedinkcache/xdpecho");
     let nt_tput = g("nontarget.throughput.memcachedinkcache/memcached");
-    let nt_ns = g("nontarget.ns_per_req.memcachedinkcache/memcached");
+    let nt_cap = cap("nontarget", "memcachedinkcache/memcached");
     let nt_lost = max_of(res, "nontarget", Setup::MemcachedInkcache).map(|p| p.loss_ratio);
     let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
     res.goals = vec![
@@ -73,10 +102,8 @@ pub fn derive(res: &mut PaperResults) {
             measured: cap_x,
             met: cap_x.map(|v| v >= 5.0),
             note: format!(
-                "capacity = 1e9 / (CPU1 ns per request); from the server tasks' own CPU time {}; \
-                 measured closed-loop throughput ratio {} (the single-threaded client on CPU0 can \
-                 be the limit)",
-                f(cap_x_attr),
+                "per-core capacity ratio (inverse ratio of server ns/request); {basis}; measured \
+                 closed-loop throughput ratio {} (the client on CPU0 can be the limit)",
                 f(tput_x)
             ),
         },
@@ -86,21 +113,20 @@ pub fn derive(res: &mut PaperResults) {
             measured: cap_floor,
             met: cap_floor.map(|v| v >= 0.8),
             note: format!(
-                "per-core capacity ratio inkcache/echo; from the server tasks' own CPU time {}; \
-                 throughput ratio {}",
-                f(cap_floor_attr),
+                "per-core capacity ratio inkcache/echo; {basis}; throughput ratio {}",
                 f(tput_floor)
             ),
         },
         Goal {
-            goal: "non-target workload: memcached+inkcache loses <= 3% of memcached's throughput"
+            goal: "non-target workload: memcached+inkcache loses <= 3% of memcached's capacity"
                 .into(),
             target: "<= 0.03".into(),
-            measured: nt_tput.map(|v| 1.0 - v),
-            met: nt_tput.map(|v| 1.0 - v <= 0.03),
+            measured: nt_cap.map(|v| 1.0 - v),
+            met: nt_cap.map(|v| 1.0 - v <= 0.03),
             note: format!(
-                "server CPU per request ratio {}, packets lost {}",
-                f(nt_ns),
+                "1 - per-core capacity ratio; {basis}; measured throughput ratio {}; packets \
+                 lost {}",
+                f(nt_tput),
                 nt_lost.map_or("n/a".into(), |v| format!("{:.3}%", v * 100.0))
             ),
         },
