@@ -5,7 +5,7 @@ CARGO ?= cargo
 DEB_PKGS := clang llvm libelf-dev zlib1g-dev pkg-config bpftool memcached libmemcached-tools \
             iproute2 ethtool python3 python3-pymemcache util-linux procps
 
-.PHONY: all deps build test lint demo bench clean
+.PHONY: all deps build test lint demo bench check-consistency clean
 
 all: build
 
@@ -40,6 +40,10 @@ demo: build
 
 bench: build
 	target/release/inkbench scenario paper
+
+# The consistency checker for 60 s against memcached + inkcache (SECONDS=N to change).
+check-consistency: build
+	BIN=target/release scripts/check.sh $${SECONDS:-60} --keys 2048 --writers 2 --flush-ratio 0.00002 --large-ratio 0
 
 clean:
 	$(CARGO) clean

@@ -127,8 +127,11 @@ fn udp_losses_counted() {
     let proxy = UdpProxy::start(mc.addr, Misbehave::DropEveryOther);
     let mut c = base(proxy.addr);
     c.admin = Some(mc.addr);
-    // generous: a reply later than the timeout would count as unmatched on a loaded machine
-    c.timeout = Duration::from_millis(500);
+    // generous: a reply later than the timeout would count as unmatched on a loaded machine;
+    // lost requests hold their slot for the whole timeout, so run longer with more in flight
+    c.timeout = Duration::from_millis(300);
+    c.duration = Duration::from_secs(3);
+    c.inflight = Some(32);
     c.warmup = Duration::ZERO;
     let r = run(&c).unwrap();
     let k = r.counters;
