@@ -41,9 +41,9 @@ demo: build
 bench: build
 	target/release/inkbench scenario paper
 
-# The consistency checker for 60 s against memcached + inkcache (SECONDS=N to change).
+# The consistency checker for 60 s against memcached + inkcache (CHECK_SECONDS=N to change).
 check-consistency: build
-	BIN=target/release scripts/check.sh $${SECONDS:-60} --keys 2048 --writers 2 --flush-ratio 0.00002 --large-ratio 0
+	BIN=target/release scripts/check.sh $${CHECK_SECONDS:-60} --keys 2048 --writers 2 --flush-ratio 0.00002 --large-ratio 0
 
 clean:
 	$(CARGO) clean
