@@ -478,8 +478,12 @@ pub fn detach(iface: &str) -> Result<AttachInfo> {
 }
 
 fn detach_info(info: &AttachInfo, dir: &std::path::Path) -> Result<()> {
-    // The interface may be gone (then the kernel already removed the attachments) or renumbered.
-    if sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
+    // The interface may be gone (then the kernel already removed the attachments) or renumbered,
+    // or its namespace may be gone (then we are not in it).
+    let here = sys::netns_name().is_none() || info.netns.as_deref() == sys::netns_name();
+    let ns_alive =
+        sys::netns_name().is_none_or(|n| std::path::Path::new("/run/netns").join(n).exists());
+    if here && ns_alive && sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
         let ifindex = info.ifindex as i32;
         if let Ok(fd) = Program::fd_from_pinned_path(dir.join("xdp")) {
             let x = Xdp::new(fd.as_fd());

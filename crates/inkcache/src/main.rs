@@ -130,7 +130,13 @@ fn run(cli: Cli) -> Result<()> {
     }
     if let Some(ns) = &cli.netns {
         sys::require_root()?;
-        sys::enter_netns(ns)?;
+        let gone = !std::path::Path::new("/run/netns").join(ns).exists();
+        if gone && matches!(cli.cmd, Cmd::Detach { .. }) {
+            // the namespace was deleted: only our pins are left to remove
+            sys::assume_netns(ns);
+        } else {
+            sys::enter_netns(ns)?;
+        }
     }
     match cli.cmd {
         Cmd::Attach {

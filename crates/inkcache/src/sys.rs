@@ -43,6 +43,12 @@ pub fn ensure_bpffs() -> Result<()> {
     Ok(())
 }
 
+/// Names the namespace of the pins without entering it: for cleaning up after a namespace that no
+/// longer exists (its interfaces, and so their XDP and TC attachments, went with it).
+pub fn assume_netns(name: &str) {
+    let _ = NETNS.set(name.to_string());
+}
+
 /// Moves this process into the named network namespace (as `ip netns exec` would, but keeping the
 /// mount namespace so pins land in the host's bpffs).
 pub fn enter_netns(name: &str) -> Result<()> {

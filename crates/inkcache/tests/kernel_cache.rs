@@ -532,3 +532,26 @@ fn vlan_tagged_gets_hit() {
         assert_eq!(rig.stat("hits"), hits + 1, "tags {tags}: {}", rig.stats());
     }
 }
+
+/// When the server's namespace is deleted (its interfaces and their programs go with it), detach
+/// still removes the pins.
+#[test]
+fn detach_after_the_namespace_is_gone_removes_the_pins() {
+    let mut rig = Rig::attached(&[]).unwrap();
+    let pin_dir = format!(
+        "/sys/fs/bpf/inkcache/{}@{}",
+        rig.pair.srv_if, rig.pair.server.name
+    );
+    assert!(std::path::Path::new(&pin_dir).exists());
+    rig.server.kill();
+    testkit::sh(std::process::Command::new("ip").args(["netns", "del", &rig.pair.server.name]))
+        .unwrap();
+    let out = rig.inkcache(&["detach", "--iface", &rig.pair.srv_if]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!std::path::Path::new(&pin_dir).exists());
+    rig.attached = false;
+}
