@@ -12,7 +12,7 @@
  * A single-key reply adds "END\r\n", so an item fits one datagram when it is at most this long. */
 #define ITEM_MAX         (PAYLOAD_MAX - 5)
 #define ITEM_CAP         1392  /* bytes reserved per slot (ITEM_MAX rounded up to 16) */
-#define MAX_GET_KEYS     8     /* keys per get answered in the kernel; more pass to the server */
+#define MAX_GET_KEYS     24    /* keys per get answered in the kernel; more pass to the server */
 #define SCRATCH_LEN      2048  /* per-CPU scratch: request bytes parsed, reply built */
 
 /* Counters, one per-CPU slot each; `inkcache stats` sums them. Keep in sync with stats.rs. */

@@ -37,8 +37,8 @@ __noinline int parse_get_keys(__u32 len)
 			return -1;
 		if (n >= MAX_GET_KEYS)
 			return -1; /* too many keys for the kernel: the server answers */
-		s->koff[n & 7] = pos;
-		s->klen[n & 7] = klen;
+		s->koff[n & 31] = pos;
+		s->klen[n & 31] = klen;
 		n++;
 		if ((__u32)end == len - 2)
 			return n;
@@ -62,8 +62,8 @@ __noinline int lookup_copy(__u32 k, __u32 out_off)
 
 	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
 		return -1;
-	koff = s->koff[k & 7];
-	klen = s->klen[k & 7];
+	koff = s->koff[k & 31];
+	klen = s->klen[k & 31];
 	if (klen == 0 || klen > KEY_MAX)
 		return -1;
 	h = key_hash(koff, klen);

@@ -18,8 +18,8 @@ struct scratch {
 	__u8 buf[SCRATCH_LEN + 64];  /* payload as received (masked indices + 16-byte chunks) */
 	__u8 out[OUT_LEN];           /* reply under construction: frame header + items + END */
 	__u8 hdr[128];               /* headers being moved when the frame grows at the head */
-	__u16 koff[MAX_GET_KEYS + 1];
-	__u16 klen[MAX_GET_KEYS + 1];
+	__u16 koff[32];
+	__u16 klen[32];
 	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
 };
 

@@ -555,3 +555,74 @@ fn detach_after_the_namespace_is_gone_removes_the_pins() {
     assert!(!std::path::Path::new(&pin_dir).exists());
     rig.attached = false;
 }
+
+/// Multi-key gets of 1, 2, 10 and 24 keys return exactly what memcached returns; the kernel answers
+/// those whose reply fits the frame (on veth about 200 bytes more than the request), the rest pass.
+#[test]
+fn multi_key_gets_up_to_24_keys() {
+    let rig = Rig::attached(&[]).unwrap();
+    let keys: Vec<String> = (0..25).map(|i| format!("m{i:02}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        if i % 5 != 4 {
+            set(&rig, k, i as u32, format!("v{i}").as_bytes()); // every 5th key stays missing
+        }
+    }
+    // fill every stored key through single gets
+    for (i, k) in keys.iter().enumerate() {
+        rig.udp_get(100 + i as u16, format!("get {k}\r\n").as_bytes())
+            .unwrap();
+    }
+    let expect = |n: usize| -> Vec<(Vec<u8>, u32, Vec<u8>)> {
+        keys[..n]
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 5 != 4)
+            .map(|(i, k)| {
+                (
+                    k.as_bytes().to_vec(),
+                    i as u32,
+                    format!("v{i}").into_bytes(),
+                )
+            })
+            .collect()
+    };
+    for (n, all_hit_in_kernel) in [
+        (1, true),
+        (2, true),
+        (4, true),
+        (10, false),
+        (24, false),
+        (25, false),
+    ] {
+        let req = format!("get {}\r\n", keys[..n].join(" "));
+        let hits = rig.stat("hits");
+        let r = rig.udp_get(200 + n as u16, req.as_bytes()).unwrap();
+        assert_eq!(values(&r), expect(n), "{n} keys");
+        assert_eq!(
+            rig.stat("hits") - hits,
+            all_hit_in_kernel as u64,
+            "{n} keys: {}",
+            rig.stats()
+        );
+    }
+    // ten keys that all exist: one kernel reply
+    let present: Vec<&String> = keys
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 5 != 4)
+        .map(|(_, k)| k)
+        .take(10)
+        .collect();
+    let req = format!(
+        "get {}\r\n",
+        present
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let hits = rig.stat("hits");
+    let r = rig.udp_get(300, req.as_bytes()).unwrap();
+    assert_eq!(values(&r).len(), 10);
+    assert_eq!(rig.stat("hits"), hits + 1, "{}", rig.stats());
+}
