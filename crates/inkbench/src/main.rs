@@ -68,6 +68,10 @@ struct PaperArgs {
     /// Skip the memcaslap cross-check.
     #[arg(long)]
     no_memcaslap: bool,
+    /// Run nothing: re-derive ratios and goals from this results.json and rewrite the report
+    /// and plots into --out.
+    #[arg(long)]
+    from_json: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -437,7 +441,10 @@ fn cmd_paper(a: &PaperArgs) -> Result<()> {
     o.server_threads = a.server_threads;
     o.inflight = a.inflight;
     o.memcaslap = !a.no_memcaslap;
-    let res = inkbench::scenario::paper(&o)?;
+    let res = match &a.from_json {
+        Some(f) => inkbench::scenario::rewrite(f, &o.out)?,
+        None => inkbench::scenario::paper(&o)?,
+    };
     print!("{}", inkbench::scenario::summary(&res));
     println!(
         "wrote {}/results.json, results.md and plots",

@@ -150,8 +150,12 @@ pub fn all(res: &PaperResults, out: &Path) -> Result<Vec<PathBuf>> {
         &p,
         "Server CPU per request (CPU1 busy / answered)",
         "ns per request",
-        &["ns/req"],
-        &panel(&|r| r.max.as_ref().map(|m| vec![m.server_ns_per_req])),
+        &["CPU1 busy", "server tasks' own CPU time"],
+        &panel(&|r| {
+            r.max
+                .as_ref()
+                .map(|m| vec![m.server_ns_per_req, m.attributed_ns_per_req])
+        }),
     )?;
     files.push(p);
     let p = out.join("latency.svg");
