@@ -43,7 +43,8 @@ fn bars(path: &Path, title: &str, y_desc: &str, series: &[&str], panels: &[Panel
             .filter(|v| v.is_finite())
             .fold(0.0, f64::max)
             .max(1e-9);
-        let top = vmax * 1.25;
+        // Room above the bars for the labels and, with several series, the legend.
+        let top = vmax * if series.len() > 1 { 1.55 } else { 1.25 };
         let mut chart = ChartBuilder::on(area)
             .caption(format!("{title}: workload {name}"), ("sans-serif", 17))
             .margin(12)
