@@ -17,6 +17,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,74 +227,247 @@ impl Conn {
     }
 }
 
-/// Serves one UDP socket: up to [`DGRAMS_PER_TURN`] datagrams. Returns true if more may wait.
+/// Datagrams received (and answered) per `recvmmsg`/`sendmmsg` round.
+const UDP_BATCH: usize = 32;
+/// Receive buffer per datagram: the largest UDP payload fits.
+const UDP_RBUF: usize = 65536;
+
+/// Buffers one worker reuses for every UDP round: no allocation per datagram.
+///
+/// A round receives up to [`UDP_BATCH`] datagrams with one `recvmmsg`, executes them in order
+/// (replies appended to one output buffer), then sends every reply datagram with as few
+/// `sendmmsg` calls as the kernel allows. Each reply datagram is two iovecs: its 8-byte frame
+/// header and its slice of the output buffer, so payloads are never copied again.
+struct UdpBatch {
+    bufs: Vec<u8>,
+    addrs: Vec<libc::sockaddr_storage>,
+    addr_lens: Vec<libc::socklen_t>,
+    lens: Vec<usize>,
+    /// All replies' payloads of the round, back to back.
+    out: Vec<u8>,
+    /// One per reply datagram.
+    hdrs: Vec<[u8; HEADER_LEN]>,
+    /// One per reply datagram: (index of the request datagram = peer, start, end in `out`).
+    sends: Vec<(usize, usize, usize)>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl UdpBatch {
+    fn new() -> Self {
+        UdpBatch {
+            // Zeroed allocation: pages are only touched (and become resident) when written.
+            bufs: vec![0; UDP_BATCH * UDP_RBUF],
+            // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+            addrs: vec![unsafe { std::mem::zeroed() }; UDP_BATCH],
+            addr_lens: vec![0; UDP_BATCH],
+            lens: vec![0; UDP_BATCH],
+            out: Vec::with_capacity(64 * 1024),
+            hdrs: Vec::with_capacity(UDP_BATCH),
+            sends: Vec::with_capacity(UDP_BATCH),
+            iovs: Vec::with_capacity(2 * UDP_BATCH),
+            msgs: Vec::with_capacity(UDP_BATCH),
+        }
+    }
+
+    /// Receives up to [`UDP_BATCH`] datagrams; returns how many (0 when none waits or on error).
+    fn recv(&mut self, fd: RawFd) -> usize {
+        self.iovs.clear();
+        self.msgs.clear();
+        for (buf, addr) in self
+            .bufs
+            .chunks_exact_mut(UDP_RBUF)
+            .zip(self.addrs.iter_mut())
+        {
+            self.iovs.push(libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            });
+            // SAFETY: mmsghdr is plain old data; all-zero is valid (null pointers, zero lengths).
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+            m.msg_hdr.msg_iovlen = 1;
+            self.msgs.push(m);
+        }
+        // `iovs` is complete and no longer reallocates: point each message at its iovec.
+        for (m, iov) in self.msgs.iter_mut().zip(self.iovs.iter_mut()) {
+            m.msg_hdr.msg_iov = iov;
+        }
+        loop {
+            // SAFETY: `msgs` holds UDP_BATCH valid mmsghdr whose name and iovec pointers refer
+            // to `addrs`, `iovs` and `bufs`, which live in `self`, are not otherwise borrowed
+            // during the call and are large enough for what they declare. The call is
+            // non-blocking (the socket is O_NONBLOCK) and a null timeout is allowed.
+            let n = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    self.msgs.as_mut_ptr(),
+                    UDP_BATCH as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n >= 0 {
+                let n = n as usize;
+                for i in 0..n {
+                    self.lens[i] = self.msgs[i].msg_len as usize;
+                    self.addr_lens[i] = self.msgs[i].msg_hdr.msg_namelen;
+                }
+                return n;
+            }
+            if std::io::Error::last_os_error().kind() != ErrorKind::Interrupted {
+                // WouldBlock: nothing waits. Anything else: UDP is best effort, try later.
+                return 0;
+            }
+        }
+    }
+
+    /// Sends every reply datagram queued in `sends`; returns the bytes sent.
+    fn send(&mut self, fd: RawFd) -> u64 {
+        if self.sends.is_empty() {
+            return 0;
+        }
+        self.iovs.clear();
+        self.msgs.clear();
+        for (&(peer, s, e), h) in self.sends.iter().zip(self.hdrs.iter_mut()) {
+            self.iovs.push(libc::iovec {
+                iov_base: h.as_mut_ptr().cast(),
+                iov_len: HEADER_LEN,
+            });
+            self.iovs.push(libc::iovec {
+                // The kernel only reads through send iovecs.
+                iov_base: self.out[s..e].as_ptr() as *mut libc::c_void,
+                iov_len: e - s,
+            });
+            // SAFETY: mmsghdr is plain old data; all-zero is valid (null pointers, zero lengths).
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_name = (&mut self.addrs[peer] as *mut libc::sockaddr_storage).cast();
+            m.msg_hdr.msg_namelen = self.addr_lens[peer];
+            m.msg_hdr.msg_iovlen = 2;
+            self.msgs.push(m);
+        }
+        for (i, m) in self.msgs.iter_mut().enumerate() {
+            m.msg_hdr.msg_iov = &mut self.iovs[2 * i];
+        }
+        let mut bytes = 0u64;
+        let mut pos = 0;
+        while pos < self.msgs.len() {
+            let left = &mut self.msgs[pos..];
+            // SAFETY: every message in `left` points (name, iovecs) into `addrs`, `iovs`,
+            // `hdrs` and `out`, all owned by `self` and neither moved nor resized until the
+            // call returns; the kernel only reads them (and writes each `msg_len`). `left.len()`
+            // is the number of valid entries (the kernel caps it at UIO_MAXIOV).
+            let n = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    left.as_mut_ptr(),
+                    left.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                let n = n as usize;
+                bytes += left[..n].iter().map(|m| u64::from(m.msg_len)).sum::<u64>();
+                pos += n;
+            } else if n < 0 && std::io::Error::last_os_error().kind() == ErrorKind::Interrupted {
+                continue;
+            } else {
+                // UDP is best effort: a datagram the kernel refuses (e.g. a full socket
+                // buffer) is dropped, as memcached does, and the next ones are tried.
+                pos += 1;
+            }
+        }
+        bytes
+    }
+}
+
+/// Executes the requests of one datagram, appending the answer to `out`.
+fn execute_datagram(sh: &Arc<Shared>, w: usize, limits: &Limits, dgram: &[u8], out: &mut Vec<u8>) {
+    let mut pos = HEADER_LEN;
+    let n = dgram.len();
+    while pos < n {
+        let buf = &dgram[pos..n];
+        match parse_request_with(buf, limits) {
+            Ok(Some((req, used))) => {
+                let quit = exec::execute(sh, w, req, out) == Next::Close;
+                pos += used;
+                if quit {
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                if e.close {
+                    break;
+                }
+                exec::parse_error(sh, w, buf, &e, out);
+                pos += e.consumed + e.swallow;
+            }
+        }
+    }
+}
+
+/// Serves one UDP socket: up to [`DGRAMS_PER_TURN`] datagrams, received and answered in
+/// batches. Returns true if more may wait.
 fn serve_udp(
     sock: &UdpSocket,
     sh: &Arc<Shared>,
     w: usize,
     limits: &Limits,
-    rbuf: &mut [u8],
-    out: &mut Vec<u8>,
-    dgram: &mut Vec<u8>,
+    b: &mut UdpBatch,
 ) -> bool {
-    for _ in 0..DGRAMS_PER_TURN {
-        let (n, peer) = match sock.recv_from(rbuf) {
-            Ok(x) => x,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => return false,
-        };
-        sh.workers[w].add(C::bytes_read, n as u64);
-        let Some(hdr) = FrameHeader::decode(&rbuf[..n]) else {
-            continue;
-        };
-        out.clear();
-        if hdr.total != 1 || hdr.seq != 0 {
-            out.extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
-        } else {
-            let mut pos = HEADER_LEN;
-            while pos < n {
-                let buf = &rbuf[pos..n];
-                match parse_request_with(buf, limits) {
-                    Ok(Some((req, used))) => {
-                        let quit = exec::execute(sh, w, req, out) == Next::Close;
-                        pos += used;
-                        if quit {
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        if e.close {
-                            break;
-                        }
-                        exec::parse_error(sh, w, buf, &e, out);
-                        pos += e.consumed + e.swallow;
-                    }
-                }
-            }
+    let fd = sock.as_raw_fd();
+    let st = &sh.workers[w];
+    for _ in 0..DGRAMS_PER_TURN.div_ceil(UDP_BATCH) {
+        let n = b.recv(fd);
+        if n == 0 {
+            return false;
         }
-        if out.is_empty() {
-            continue;
-        }
-        let total = out.len().div_ceil(MAX_PAYLOAD);
-        if total > u16::MAX as usize {
-            continue;
-        }
-        for (i, chunk) in out.chunks(MAX_PAYLOAD).enumerate() {
-            dgram.clear();
-            let h = FrameHeader {
-                request_id: hdr.request_id,
-                seq: i as u16,
-                total: total as u16,
-                reserved: 0,
+        b.out.clear();
+        b.hdrs.clear();
+        b.sends.clear();
+        for i in 0..n {
+            let len = b.lens[i];
+            st.add(C::bytes_read, len as u64);
+            let dgram = &b.bufs[i * UDP_RBUF..i * UDP_RBUF + len];
+            let Some(hdr) = FrameHeader::decode(dgram) else {
+                continue;
             };
-            dgram.extend_from_slice(&h.encode());
-            dgram.extend_from_slice(chunk);
-            // UDP is best effort: a full socket buffer drops the datagram, as memcached does.
-            if let Ok(m) = sock.send_to(dgram, peer) {
-                sh.workers[w].add(C::bytes_written, m as u64);
+            let start = b.out.len();
+            if hdr.total != 1 || hdr.seq != 0 {
+                b.out
+                    .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
+            } else {
+                execute_datagram(sh, w, limits, dgram, &mut b.out);
             }
+            let end = b.out.len();
+            if start == end {
+                continue;
+            }
+            let total = (end - start).div_ceil(MAX_PAYLOAD);
+            if total > u16::MAX as usize {
+                b.out.truncate(start);
+                continue;
+            }
+            for (j, s) in (start..end).step_by(MAX_PAYLOAD).enumerate() {
+                let h = FrameHeader {
+                    request_id: hdr.request_id,
+                    seq: j as u16,
+                    total: total as u16,
+                    reserved: 0,
+                };
+                b.hdrs.push(h.encode());
+                b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
+            }
+        }
+        let sent = b.send(fd);
+        st.add(C::bytes_written, sent);
+        if b.out.capacity() > 4 << 20 {
+            b.out = Vec::with_capacity(64 * 1024);
+        }
+        if n < UDP_BATCH {
+            return false;
         }
     }
     true
@@ -322,9 +496,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     let mut free: Vec<usize> = Vec::new();
     let mut pending: Vec<Token> = Vec::new();
     let mut events = Events::with_capacity(256);
-    let mut urbuf = vec![0u8; 65536];
-    let mut uout = Vec::with_capacity(65536);
-    let mut dgram = Vec::with_capacity(1500);
+    let mut ubatch = UdpBatch::new();
     let st = &sh.workers[w];
     let verbose = sh.settings.verbose;
 
@@ -396,15 +568,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                     }
                 }
             } else if t < CONN_BASE {
-                let more = serve_udp(
-                    &udps[t - udp_base],
-                    &sh,
-                    w,
-                    &limits,
-                    &mut urbuf,
-                    &mut uout,
-                    &mut dgram,
-                );
+                let more = serve_udp(&udps[t - udp_base], &sh, w, &limits, &mut ubatch);
                 if more {
                     pending.push(tok);
                 }
