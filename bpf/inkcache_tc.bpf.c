@@ -62,6 +62,11 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;
 	}
+	/* growth from the smallest request for this key ("get <key>\r\n") to its reply */
+	if (g->grow_fail_min && item_len + 5 >= klen + 6 + g->grow_fail_min) {
+		stat_inc(ST_FILL_SKIPPED);
+		return item_len;
+	}
 
 	h = key_hash(kpos, klen);
 	e = slot_for(h);

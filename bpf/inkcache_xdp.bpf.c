@@ -168,6 +168,30 @@ static __always_inline void flush_command(__u32 tend, int eol)
 		g->fill_block_until = until;
 }
 
+/* Drops key k's item from the cache (always safe: the server still has it). */
+__noinline int evict_key(__u32 k)
+{
+	struct scratch *s = get_scratch();
+	struct ink_entry *e;
+	__u32 klen;
+	__u64 h;
+
+	if (!s)
+		return -1;
+	klen = s->klen[k & 31];
+	if (klen == 0 || klen > KEY_MAX)
+		return -1;
+	h = key_hash(s->koff[k & 31], klen);
+	e = slot_for(h);
+	if (!e)
+		return -1;
+	bpf_spin_lock(&e->lock);
+	if (e->hash == h)
+		e->len = 0;
+	bpf_spin_unlock(&e->lock);
+	return 0;
+}
+
 /* Walks the commands of a request segment (TCP or UDP) and invalidates every key a command may
  * change, recording the expiry it sets. Anything it cannot parse with certainty invalidates the
  * whole cache. */
@@ -312,6 +336,16 @@ static __always_inline int allowed(struct pkt *p)
 	return bpf_map_lookup_elem(&allow, &k) != NULL;
 }
 
+/* Remembers the smallest growth the frame could not take, so that fills stop caching items whose
+ * replies XDP cannot send (their hits would only cost a copy and pass to the server anyway). */
+static __always_inline void note_grow_failure(int delta)
+{
+	struct ink_global *g = global_state();
+
+	if (g && delta > 0 && (g->grow_fail_min == 0 || (__u32)delta < g->grow_fail_min))
+		g->grow_fail_min = delta;
+}
+
 /* Turns the request frame into the reply held in scratch.out[0, out_len) (frame header included)
  * and swaps the addresses. Returns 0, or -1 if the frame cannot take the reply (the packet is then
  * unchanged). */
@@ -329,12 +363,16 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 		return -1;
 	if (delta != 0 && bpf_xdp_adjust_tail(ctx, delta) != 0) {
 		/* No tailroom (veth, generic XDP): grow at the head and move the headers forward. */
-		if (delta < 0 || delta > 512)
+		if (delta < 0 || delta > 512) {
+			note_grow_failure(delta);
 			return -1;
+		}
 		if (bpf_xdp_load_bytes(ctx, 0, s->hdr, mc_off))
 			return -1;
-		if (bpf_xdp_adjust_head(ctx, -delta))
+		if (bpf_xdp_adjust_head(ctx, -delta)) {
+			note_grow_failure(delta);
 			return -1;
+		}
 		if (bpf_xdp_store_bytes(ctx, 0, s->hdr, mc_off))
 			return -1; /* cannot happen: the head just grew by delta */
 	}
@@ -453,6 +491,8 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 
 	if (p->ip_opts || build_reply(ctx, s, p, out) != 0) {
 		stat_inc(ST_TOO_BIG);
+		if (n == 1)
+			evict_key(0); /* its reply never fits this frame: free the slot */
 		remember_request(p, req_id);
 		return XDP_PASS;
 	}

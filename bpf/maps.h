@@ -15,7 +15,8 @@ struct ink_global {
 	__u64 fill_block_until; /* flush_all <delay>: no fills until the delayed flush has happened */
 	__s64 realtime_off_ns;  /* CLOCK_REALTIME - CLOCK_MONOTONIC, set at attach (absolute exptimes) */
 	__u32 hint_overflow;    /* ttl_hints was full once: keys without a hint are not cached */
-	__u32 pad;
+	__u32 grow_fail_min;    /* smallest frame growth XDP failed to get (0: none yet); items that
+				 * would need as much are not cached, since XDP could never send them */
 };
 
 struct {
