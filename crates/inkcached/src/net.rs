@@ -231,6 +231,12 @@ impl Conn {
 const UDP_BATCH: usize = 32;
 /// Receive buffer per datagram: the largest UDP payload fits.
 const UDP_RBUF: usize = 65536;
+/// `UDP_SEGMENT` (linux/udp.h): send one buffer as several datagrams of a given size (UDP GSO).
+const UDP_SEGMENT: libc::c_int = 103;
+/// The kernel's `UDP_MAX_SEGMENTS`.
+const GSO_MAX_SEGS: usize = 64;
+/// A GSO message is still one UDP payload (at most 65507 bytes over IPv4).
+const GSO_MAX_BYTES: usize = 65000;
 
 /// Buffers one worker reuses for every UDP round: no allocation per datagram.
 ///
@@ -251,6 +257,15 @@ struct UdpBatch {
     sends: Vec<(usize, usize, usize)>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
+    /// Per request datagram: the first datagram of the round from the same address.
+    canon: Vec<usize>,
+    /// Reply datagrams in sending order (grouped by peer).
+    order: Vec<u32>,
+    groups: Vec<(usize, usize, usize)>,
+    /// Control buffers (UDP_SEGMENT), one per message.
+    cmsgs: Vec<[u64; 4]>,
+    /// UDP GSO still believed to work.
+    gso: bool,
 }
 
 impl UdpBatch {
@@ -267,6 +282,11 @@ impl UdpBatch {
             sends: Vec::with_capacity(UDP_BATCH),
             iovs: Vec::with_capacity(2 * UDP_BATCH),
             msgs: Vec::with_capacity(UDP_BATCH),
+            canon: vec![0; UDP_BATCH],
+            order: Vec::with_capacity(UDP_BATCH),
+            groups: Vec::with_capacity(UDP_BATCH),
+            cmsgs: Vec::with_capacity(UDP_BATCH),
+            gso: true,
         }
     }
 
@@ -324,40 +344,113 @@ impl UdpBatch {
     }
 
     /// Sends every reply datagram queued in `sends`; returns the bytes sent.
-    fn send(&mut self, fd: RawFd) -> u64 {
+    ///
+    /// Replies to the same peer are grouped (keeping their order) into one message with
+    /// `UDP_SEGMENT` (UDP GSO) when their datagrams have the same size (the last may be
+    /// shorter): the kernel cuts the group back into exactly the datagrams it would have sent
+    /// one by one, after a single pass through the socket and routing layers.
+    fn send(&mut self, fd: RawFd, n_recv: usize) -> u64 {
         if self.sends.is_empty() {
             return 0;
         }
+        // Canonical peer of every request datagram: the first one with the same address.
+        for i in 0..n_recv {
+            self.canon[i] = i;
+            if self.gso {
+                let a = addr_bytes(&self.addrs[i], self.addr_lens[i]);
+                if let Some(j) =
+                    (0..i).find(|&j| addr_bytes(&self.addrs[j], self.addr_lens[j]) == a)
+                {
+                    self.canon[i] = self.canon[j];
+                }
+            }
+        }
+        self.order.clear();
+        self.order.extend(0..self.sends.len() as u32);
+        let (sends, canon) = (&self.sends, &self.canon);
+        self.order.sort_by_key(|&k| canon[sends[k as usize].0]);
+        // Groups: (first index in `order`, count, segment size or 0 for a single datagram).
+        self.groups.clear();
+        let mut k = 0;
+        while k < self.order.len() {
+            let (p0, s0, e0) = self.sends[self.order[k] as usize];
+            let seg = HEADER_LEN + e0 - s0;
+            let mut cnt = 1;
+            let mut bytes = seg;
+            if self.gso {
+                while k + cnt < self.order.len() && cnt < GSO_MAX_SEGS {
+                    let (p, s, e) = self.sends[self.order[k + cnt] as usize];
+                    let len = HEADER_LEN + e - s;
+                    if canon[p] != canon[p0] || len > seg || bytes + len > GSO_MAX_BYTES {
+                        break;
+                    }
+                    cnt += 1;
+                    bytes += len;
+                    if len < seg {
+                        break;
+                    }
+                }
+            }
+            self.groups.push((k, cnt, if cnt > 1 { seg } else { 0 }));
+            k += cnt;
+        }
         self.iovs.clear();
         self.msgs.clear();
-        for (&(peer, s, e), h) in self.sends.iter().zip(self.hdrs.iter_mut()) {
-            self.iovs.push(libc::iovec {
-                iov_base: h.as_mut_ptr().cast(),
-                iov_len: HEADER_LEN,
-            });
-            self.iovs.push(libc::iovec {
-                // The kernel only reads through send iovecs.
-                iov_base: self.out[s..e].as_ptr() as *mut libc::c_void,
-                iov_len: e - s,
-            });
+        self.cmsgs.clear();
+        self.cmsgs.resize(self.groups.len(), [0; 4]);
+        for &(first, cnt, _) in &self.groups {
+            for &o in &self.order[first..first + cnt] {
+                let (_, s, e) = self.sends[o as usize];
+                self.iovs.push(libc::iovec {
+                    iov_base: self.hdrs[o as usize].as_mut_ptr().cast(),
+                    iov_len: HEADER_LEN,
+                });
+                self.iovs.push(libc::iovec {
+                    // The kernel only reads through send iovecs.
+                    iov_base: self.out[s..e].as_ptr() as *mut libc::c_void,
+                    iov_len: e - s,
+                });
+            }
+        }
+        for (g, &(first, cnt, seg)) in self.groups.iter().enumerate() {
+            let peer = self.sends[self.order[first] as usize].0;
             // SAFETY: mmsghdr is plain old data; all-zero is valid (null pointers, zero lengths).
             let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
             m.msg_hdr.msg_name = (&mut self.addrs[peer] as *mut libc::sockaddr_storage).cast();
             m.msg_hdr.msg_namelen = self.addr_lens[peer];
-            m.msg_hdr.msg_iovlen = 2;
+            m.msg_hdr.msg_iov = &mut self.iovs[2 * first];
+            m.msg_hdr.msg_iovlen = (2 * cnt) as _;
+            if seg > 0 {
+                let c = &mut self.cmsgs[g];
+                let hdr = libc::cmsghdr {
+                    // SAFETY: CMSG_LEN only computes a length.
+                    cmsg_len: unsafe { libc::CMSG_LEN(2) } as _,
+                    cmsg_level: libc::SOL_UDP,
+                    cmsg_type: UDP_SEGMENT,
+                };
+                // SAFETY: `c` is 32 bytes aligned to 8, room for CMSG_SPACE(2) = 24 bytes:
+                // the cmsghdr (16 bytes) then the u16 segment size right after it
+                // (CMSG_DATA is at CMSG_ALIGN(sizeof(cmsghdr)) = 16 on Linux).
+                unsafe {
+                    let base = c.as_mut_ptr().cast::<u8>();
+                    std::ptr::write_unaligned(base.cast::<libc::cmsghdr>(), hdr);
+                    std::ptr::write_unaligned(base.add(16).cast::<u16>(), seg as u16);
+                }
+                m.msg_hdr.msg_control = c.as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE only computes a length.
+                m.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+            }
             self.msgs.push(m);
-        }
-        for (i, m) in self.msgs.iter_mut().enumerate() {
-            m.msg_hdr.msg_iov = &mut self.iovs[2 * i];
         }
         let mut bytes = 0u64;
         let mut pos = 0;
         while pos < self.msgs.len() {
             let left = &mut self.msgs[pos..];
-            // SAFETY: every message in `left` points (name, iovecs) into `addrs`, `iovs`,
-            // `hdrs` and `out`, all owned by `self` and neither moved nor resized until the
-            // call returns; the kernel only reads them (and writes each `msg_len`). `left.len()`
-            // is the number of valid entries (the kernel caps it at UIO_MAXIOV).
+            // SAFETY: every message in `left` points (name, iovecs, control) into `addrs`,
+            // `iovs`, `hdrs`, `out` and `cmsgs`, all owned by `self` and neither moved nor
+            // resized until the call returns; the kernel only reads them (and writes each
+            // `msg_len`). `left.len()` is the number of valid entries (the kernel caps it at
+            // UIO_MAXIOV).
             let n = unsafe {
                 libc::sendmmsg(
                     fd,
@@ -370,16 +463,44 @@ impl UdpBatch {
                 let n = n as usize;
                 bytes += left[..n].iter().map(|m| u64::from(m.msg_len)).sum::<u64>();
                 pos += n;
-            } else if n < 0 && std::io::Error::last_os_error().kind() == ErrorKind::Interrupted {
                 continue;
-            } else {
-                // UDP is best effort: a datagram the kernel refuses (e.g. a full socket
-                // buffer) is dropped, as memcached does, and the next ones are tried.
-                pos += 1;
             }
+            let err = std::io::Error::last_os_error();
+            if n < 0 && err.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            let (first, cnt, seg) = self.groups[pos];
+            if seg > 0 && matches!(err.raw_os_error(), Some(libc::EIO | libc::EINVAL)) {
+                // This path cannot do UDP GSO (no checksum offload, xfrm, ...): send the
+                // group's datagrams one by one, and never group again on this worker.
+                self.gso = false;
+                for j in 0..cnt {
+                    let mut m = self.msgs[pos];
+                    m.msg_hdr.msg_iov = &mut self.iovs[2 * (first + j)];
+                    m.msg_hdr.msg_iovlen = 2;
+                    m.msg_hdr.msg_control = std::ptr::null_mut();
+                    m.msg_hdr.msg_controllen = 0;
+                    // SAFETY: as above, one message pointing into buffers owned by `self`.
+                    let r = unsafe { libc::sendmsg(fd, &m.msg_hdr, libc::MSG_DONTWAIT) };
+                    if r > 0 {
+                        bytes += r as u64;
+                    }
+                }
+            }
+            // UDP is best effort: a datagram the kernel refuses (e.g. a full socket buffer)
+            // is dropped, as memcached does, and the next ones are tried.
+            pos += 1;
         }
         bytes
     }
+}
+
+/// The meaningful bytes of a socket address.
+fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
+    let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
+    // SAFETY: `a` is a live sockaddr_storage (plain old data, fully initialised) and `n` does
+    // not exceed its size.
+    unsafe { std::slice::from_raw_parts((a as *const libc::sockaddr_storage).cast::<u8>(), n) }
 }
 
 /// Executes the requests of one datagram, appending the answer to `out`.
@@ -461,7 +582,7 @@ fn serve_udp(
                 b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
             }
         }
-        let sent = b.send(fd);
+        let sent = b.send(fd, n);
         st.add(C::bytes_written, sent);
         if b.out.capacity() > 4 << 20 {
             b.out = Vec::with_capacity(64 * 1024);
