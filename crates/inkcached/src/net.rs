@@ -69,6 +69,19 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
         } else {
             let _ = s.set_recv_buffer_size(4 << 20);
             let _ = s.set_send_buffer_size(4 << 20);
+            // Let GRO hand us a flow's same-size datagrams coalesced (split again in
+            // serve_udp); harmless where the kernel or the path does not do it.
+            let one: libc::c_int = 1;
+            // SAFETY: `s` owns a valid socket fd; the option value is a c_int of the given size.
+            unsafe {
+                libc::setsockopt(
+                    s.as_raw_fd(),
+                    libc::SOL_UDP,
+                    UDP_GRO,
+                    (&one as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
         }
         out.push(s);
     }
@@ -233,6 +246,8 @@ const UDP_BATCH: usize = 32;
 const UDP_RBUF: usize = 65536;
 /// `UDP_SEGMENT` (linux/udp.h): send one buffer as several datagrams of a given size (UDP GSO).
 const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_GRO` (linux/udp.h): receive coalesced datagrams, with their size in a control message.
+const UDP_GRO: libc::c_int = 104;
 /// The kernel's `UDP_MAX_SEGMENTS`.
 const GSO_MAX_SEGS: usize = 64;
 /// A GSO message is still one UDP payload (at most 65507 bytes over IPv4).
@@ -266,6 +281,10 @@ struct UdpBatch {
     cmsgs: Vec<[u64; 4]>,
     /// UDP GSO still believed to work.
     gso: bool,
+    /// Receive control buffers (UDP_GRO), one per datagram.
+    rctl: Vec<[u64; 8]>,
+    /// Per received buffer: the size of the datagrams GRO coalesced into it (0: one datagram).
+    segs: Vec<usize>,
 }
 
 impl UdpBatch {
@@ -287,6 +306,8 @@ impl UdpBatch {
             groups: Vec::with_capacity(UDP_BATCH),
             cmsgs: Vec::with_capacity(UDP_BATCH),
             gso: true,
+            rctl: vec![[0; 8]; UDP_BATCH],
+            segs: vec![0; UDP_BATCH],
         }
     }
 
@@ -294,10 +315,11 @@ impl UdpBatch {
     fn recv(&mut self, fd: RawFd) -> usize {
         self.iovs.clear();
         self.msgs.clear();
-        for (buf, addr) in self
+        for ((buf, addr), ctl) in self
             .bufs
             .chunks_exact_mut(UDP_RBUF)
             .zip(self.addrs.iter_mut())
+            .zip(self.rctl.iter_mut())
         {
             self.iovs.push(libc::iovec {
                 iov_base: buf.as_mut_ptr().cast(),
@@ -308,6 +330,8 @@ impl UdpBatch {
             m.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
             m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
             m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = ctl.as_mut_ptr().cast();
+            m.msg_hdr.msg_controllen = std::mem::size_of_val(ctl) as _;
             self.msgs.push(m);
         }
         // `iovs` is complete and no longer reallocates: point each message at its iovec.
@@ -333,6 +357,23 @@ impl UdpBatch {
                 for i in 0..n {
                     self.lens[i] = self.msgs[i].msg_len as usize;
                     self.addr_lens[i] = self.msgs[i].msg_hdr.msg_namelen;
+                    self.segs[i] = 0;
+                    let mh = &self.msgs[i].msg_hdr;
+                    // SAFETY: the kernel filled this message's control buffer (inside `rctl`)
+                    // and set `msg_controllen` to what it wrote; CMSG_FIRSTHDR/CMSG_NXTHDR
+                    // stay within it and return null at its end.
+                    unsafe {
+                        let mut c = libc::CMSG_FIRSTHDR(mh);
+                        while !c.is_null() {
+                            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                                let g = std::ptr::read_unaligned(
+                                    libc::CMSG_DATA(c).cast::<libc::c_int>(),
+                                );
+                                self.segs[i] = g.max(0) as usize;
+                            }
+                            c = libc::CMSG_NXTHDR(mh, c);
+                        }
+                    }
                 }
                 return n;
             }
@@ -550,36 +591,43 @@ fn serve_udp(
         b.sends.clear();
         for i in 0..n {
             let len = b.lens[i];
-            st.add(C::bytes_read, len as u64);
-            let dgram = &b.bufs[i * UDP_RBUF..i * UDP_RBUF + len];
-            let Some(hdr) = FrameHeader::decode(dgram) else {
-                continue;
+            let seg = match b.segs[i] {
+                0 => len.max(1),
+                g => g,
             };
-            let start = b.out.len();
-            if hdr.total != 1 || hdr.seq != 0 {
-                b.out
-                    .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
-            } else {
-                execute_datagram(sh, w, limits, dgram, &mut b.out);
-            }
-            let end = b.out.len();
-            if start == end {
-                continue;
-            }
-            let total = (end - start).div_ceil(MAX_PAYLOAD);
-            if total > u16::MAX as usize {
-                b.out.truncate(start);
-                continue;
-            }
-            for (j, s) in (start..end).step_by(MAX_PAYLOAD).enumerate() {
-                let h = FrameHeader {
-                    request_id: hdr.request_id,
-                    seq: j as u16,
-                    total: total as u16,
-                    reserved: 0,
+            // GRO may have coalesced several datagrams of `seg` bytes (the last maybe shorter).
+            for off in (0..len.max(1)).step_by(seg) {
+                let dgram = &b.bufs[i * UDP_RBUF + off..i * UDP_RBUF + (off + seg).min(len)];
+                st.add(C::bytes_read, dgram.len() as u64);
+                let Some(hdr) = FrameHeader::decode(dgram) else {
+                    continue;
                 };
-                b.hdrs.push(h.encode());
-                b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
+                let start = b.out.len();
+                if hdr.total != 1 || hdr.seq != 0 {
+                    b.out
+                        .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
+                } else {
+                    execute_datagram(sh, w, limits, dgram, &mut b.out);
+                }
+                let end = b.out.len();
+                if start == end {
+                    continue;
+                }
+                let total = (end - start).div_ceil(MAX_PAYLOAD);
+                if total > u16::MAX as usize {
+                    b.out.truncate(start);
+                    continue;
+                }
+                for (j, s) in (start..end).step_by(MAX_PAYLOAD).enumerate() {
+                    let h = FrameHeader {
+                        request_id: hdr.request_id,
+                        seq: j as u16,
+                        total: total as u16,
+                        reserved: 0,
+                    };
+                    b.hdrs.push(h.encode());
+                    b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
+                }
             }
         }
         let sent = b.send(fd, n);
