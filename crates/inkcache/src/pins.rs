@@ -92,7 +92,7 @@ pub fn list() -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-/// Unpins everything in an attachment directory and removes it (and the root if empty).
+/// Unpins everything in an attachment directory and removes it.
 pub fn remove_dir(dir: &Path) -> Result<()> {
     if let Ok(rd) = fs::read_dir(dir) {
         for e in rd {
@@ -101,6 +101,7 @@ pub fn remove_dir(dir: &Path) -> Result<()> {
         }
         fs::remove_dir(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
-    let _ = fs::remove_dir(root()); // only succeeds when empty
+    // The root directory stays: removing it when empty would race with a concurrent attach that
+    // has just created it.
     Ok(())
 }
