@@ -83,10 +83,15 @@ __noinline int lookup_copy(__u32 k, __u32 out_off)
 		ret = -3;
 		goto out;
 	}
-	for (__u32 i = 0; i < KEY_MAX; i++) {
-		if (i >= klen)
+	for (__u32 i = 0; i < 32; i++) { /* the key, 8 bytes at a time */
+		__u32 pos = i * 8, ip;
+		__u64 a;
+		if (pos >= klen)
 			break;
-		if (e->item[(6 + i) & 255] != BUF(s, koff + i))
+		ip = (6 + pos) & 255;
+		barrier_var(ip);
+		__builtin_memcpy(&a, &e->item[ip], 8);
+		if (low_bytes(a ^ word_at(s, koff + pos), klen - pos))
 			goto out;
 	}
 	if (out_off + ilen + 5 > UDP_HDR_MC + PAYLOAD_MAX) {

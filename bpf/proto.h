@@ -189,20 +189,31 @@ __noinline __s64 parse_exptime(__u32 start, __u32 end)
 	return neg ? -v : v;
 }
 
-/* 64-bit FNV-1a of the key at buf[off, off+len). The control plane has the same function. */
+/* Keeps bytes [0, n) of a little-endian word (n <= 8). */
+static __always_inline __u64 low_bytes(__u64 w, __u32 n)
+{
+	return n >= 8 ? w : w & ((1ULL << (n * 8)) - 1);
+}
+
+/* 64-bit hash of the key at buf[off, off+len), eight bytes at a time (a multiply-xorshift mix per
+ * word, seeded with the length). The control plane has the same function (`key_hash`). */
 __noinline __u64 key_hash(__u32 off, __u32 len)
 {
 	struct scratch *s = get_scratch();
-	__u64 h = 0xcbf29ce484222325ULL;
+	__u64 h = 0x9E3779B97F4A7C15ULL ^ len;
 
 	if (!s)
 		return 0;
-	for (__u32 i = 0; i < KEY_MAX; i++) {
-		if (i >= len)
+	for (__u32 i = 0; i < 32; i++) {
+		__u32 pos = i * 8;
+		if (pos >= len)
 			break;
-		h ^= BUF(s, off + i);
-		h *= 0x100000001b3ULL;
+		h ^= low_bytes(word_at(s, off + pos), len - pos);
+		h *= 0xff51afd7ed558ccdULL;
+		h ^= h >> 33;
 	}
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 29;
 	return h;
 }
 
