@@ -69,10 +69,20 @@ __noinline int invalidate_key(__u32 off, __u32 len, __u64 exp)
 	if (e->hash == h)
 		e->len = 0;
 	bpf_spin_unlock(&e->lock);
-	if (exp == HINT_DELETE)
-		bpf_map_delete_elem(&ttl_hints, &h);
-	else if (exp != HINT_KEEP && bpf_map_update_elem(&ttl_hints, &h, &exp, BPF_ANY))
-		g->hint_overflow = 1; /* full: from now on keys without a hint are not cached */
+	if (exp != HINT_KEEP) {
+		/* a lookup is much cheaper than an update: write only what changes */
+		__u64 *cur = bpf_map_lookup_elem(&ttl_hints, &h);
+		if (exp == HINT_DELETE) {
+			if (cur)
+				bpf_map_delete_elem(&ttl_hints, &h);
+		} else if (!cur) {
+			if (bpf_map_update_elem(&ttl_hints, &h, &exp, BPF_NOEXIST) &&
+			    !bpf_map_lookup_elem(&ttl_hints, &h))
+				g->hint_overflow = 1; /* full: keys without a hint are no longer cached */
+		} else if (*cur != exp) {
+			*cur = exp; /* 8-byte store: readers see the old or the new expiry */
+		}
+	}
 	stat_inc(ST_INVALIDATIONS);
 	stat_inc(ST_INVAL_COMMAND);
 	return 0;
