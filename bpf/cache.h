@@ -66,8 +66,10 @@ __noinline int invalidate_key(__u32 off, __u32 len, __u64 exp)
 	now = bpf_ktime_get_ns();
 	bpf_spin_lock(&e->lock);
 	e->stable_since = now + quarantine_ns;
-	if (e->hash == h)
+	if (e->hash == h) {
 		e->len = 0;
+		e->flags = 0;
+	}
 	bpf_spin_unlock(&e->lock);
 	if (exp != HINT_KEEP) {
 		/* a lookup is much cheaper than an update: write only what changes */

@@ -34,7 +34,10 @@ enum ink_stat {
 	ST_MAX,
 };
 
-/* One cache slot. `len == 0` means empty. */
+/* One cache slot. `len == 0` means empty, or, with ENTRY_TOO_BIG, a marker saying that the key
+ * `hash` has an item whose reply XDP cannot send on this path: its gets pass straight to the
+ * server without being remembered, and its replies are not parsed for a fill. */
+#define ENTRY_TOO_BIG 1
 struct ink_entry {
 	struct bpf_spin_lock lock;
 	__u32 len;             /* bytes in item[] */
@@ -43,7 +46,7 @@ struct ink_entry {
 	__u64 stable_since;    /* replies to requests older than this may not fill the slot */
 	__u64 expire_ns;       /* not served from this time on (ktime); ~0 = never */
 	__u16 key_len;
-	__u16 pad0;
+	__u16 flags;           /* ENTRY_TOO_BIG: a marker, no item (see below) */
 	__u32 pad1;
 	__u8 item[ITEM_CAP];   /* "VALUE <key> <flags> <bytes>\r\n<data>\r\n" */
 };

@@ -14,6 +14,25 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* Leaves a marker in the key's slot: the key's item cannot be answered from XDP on this path, so
+ * its gets pass at once and are not remembered. The marker lives max_age (the item may shrink). */
+static __always_inline void mark_too_big(__u32 kpos, __u32 klen, struct ink_global *g)
+{
+	__u64 h = key_hash(kpos, klen), now = bpf_ktime_get_ns();
+	struct ink_entry *e = slot_for(h);
+
+	if (!e)
+		return;
+	bpf_spin_lock(&e->lock);
+	e->len = 0;
+	e->hash = h;
+	e->key_len = klen;
+	e->flags = ENTRY_TOO_BIG;
+	e->filled_ns = now;
+	e->expire_ns = now + max_age_ns;
+	bpf_spin_unlock(&e->lock);
+}
+
 /* Parses the item "VALUE <key> <flags> <bytes>\r\n<data>\r\n" at scratch.buf[off, end) and installs
  * it if allowed. Returns the item's length (to step to the next one), or -1 if it is malformed. */
 __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
@@ -64,6 +83,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	}
 	/* growth from the smallest request for this key ("get <key>\r\n") to its reply */
 	if (g->grow_fail_min && item_len + 5 >= klen + 6 + g->grow_fail_min) {
+		mark_too_big(kpos, klen, g);
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;
 	}
@@ -100,6 +120,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 		e->key_len = klen;
 		e->filled_ns = now;
 		e->expire_ns = exp;
+		e->flags = 0;
 		filled = 1;
 	}
 	bpf_spin_unlock(&e->lock);
@@ -139,7 +160,8 @@ int inkcache_tc_egress(struct __sk_buff *skb)
 	s = get_scratch();
 	if (!s)
 		return TC_ACT_OK;
-	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, plen))
+	/* the frame header and the first word first: most replies stop here */
+	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, UDP_HDR_MC + 6))
 		return TC_ACT_OK;
 	/* one-datagram replies only: seq 0, total 1 */
 	if (s->buf[2] || s->buf[3] || s->buf[4] || s->buf[5] != 1)
@@ -151,12 +173,12 @@ int inkcache_tc_egress(struct __sk_buff *skb)
 	rk.port = p.dport;
 	__builtin_memcpy(&rk.req_id, s->buf, 2);
 	rv = bpf_map_lookup_elem(&pending, &rk);
-	if (!rv) {
-		stat_inc(ST_FILL_SKIPPED);
-		return TC_ACT_OK;
-	}
+	if (!rv)
+		return TC_ACT_OK; /* not a get the XDP side passed and remembered */
 	req_ts = rv->ts_ns;
 	bpf_map_delete_elem(&pending, &rk);
+	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, plen))
+		return TC_ACT_OK;
 
 	off = UDP_HDR_MC;
 	for (__u32 i = 0; i < MAX_GET_KEYS; i++) {

@@ -50,7 +50,8 @@ __noinline int parse_get_keys(__u32 len)
 }
 
 /* Looks key k up and appends its item to scratch.out at out_off. Returns the item length, -1 on a
- * miss, -2 if the item does not fit the datagram after what is already there, -3 if it expired. */
+ * miss, -2 if the item does not fit the datagram after what is already there, -3 if it expired,
+ * -4 if the key is marked too big for XDP. */
 __noinline int lookup_copy(__u32 k, __u32 out_off)
 {
 	struct scratch *s = get_scratch();
@@ -75,6 +76,10 @@ __noinline int lookup_copy(__u32 k, __u32 out_off)
 
 	bpf_spin_lock(&e->lock);
 	ilen = e->len;
+	if (ilen == 0 && e->flags == ENTRY_TOO_BIG && e->hash == h && now < e->expire_ns) {
+		ret = -4; /* known too big: pass without remembering the request */
+		goto out;
+	}
 	if (ilen == 0 || ilen > ITEM_MAX || e->hash != h || e->key_len != klen)
 		goto out;
 	if (e->filled_ns <= flush)
@@ -191,8 +196,10 @@ __noinline int evict_key(__u32 k)
 	if (!e)
 		return -1;
 	bpf_spin_lock(&e->lock);
-	if (e->hash == h)
+	if (e->hash == h) {
 		e->len = 0;
+		e->flags = 0;
+	}
 	bpf_spin_unlock(&e->lock);
 	return 0;
 }
@@ -473,6 +480,13 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		if (k >= (__u32)n)
 			break;
 		r = lookup_copy(k, out);
+		if (r == -4) {
+			stat_inc(ST_TOO_BIG);
+			if (n == 1)
+				return XDP_PASS; /* its reply would not be stored: don't remember it */
+			remember_request(p, req_id); /* the other keys may still fill */
+			return XDP_PASS;
+		}
 		if (r < 0) {
 			if (r == -3)
 				stat_inc(ST_EXPIRED);
