@@ -16,9 +16,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Leaves a marker in the key's slot: the key's item cannot be answered from XDP on this path, so
  * its gets pass at once and are not remembered. The marker lives max_age (the item may shrink). */
-static __always_inline void mark_too_big(__u32 kpos, __u32 klen, struct ink_global *g)
+static __always_inline void mark_too_big(__u64 h, __u32 klen)
 {
-	__u64 h = key_hash(kpos, klen), now = bpf_ktime_get_ns();
+	__u64 now = bpf_ktime_get_ns();
 	struct ink_entry *e = slot_for(h);
 
 	if (!e)
@@ -81,14 +81,14 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;
 	}
+	h = key_hash(kpos, klen);
 	/* growth from the smallest request for this key ("get <key>\r\n") to its reply */
 	if (g->grow_fail_min && item_len + 5 >= klen + 6 + g->grow_fail_min) {
-		mark_too_big(kpos, klen, g);
+		mark_too_big(h, klen);
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;
 	}
 
-	h = key_hash(kpos, klen);
 	e = slot_for(h);
 	if (!e)
 		return -1;

@@ -49,16 +49,16 @@ __noinline int parse_get_keys(__u32 len)
 	return -1;
 }
 
-/* Looks key k up and appends its item to scratch.out at out_off. Returns the item length, -1 on a
- * miss, -2 if the item does not fit the datagram after what is already there, -3 if it expired,
- * -4 if the key is marked too big for XDP. */
-__noinline int lookup_copy(__u32 k, __u32 out_off)
+/* Looks key k up (at time `now`) and appends its item to scratch.out at out_off. Returns the item
+ * length, -1 on a miss, -2 if the item does not fit the datagram after what is already there, -3
+ * if it expired, -4 if the key is marked too big for XDP. */
+__noinline int lookup_copy(__u32 k, __u32 out_off, __u64 now)
 {
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
 	struct ink_entry *e;
 	__u32 koff, klen, ilen;
-	__u64 h, now, flush;
+	__u64 h, flush;
 	int ret = -1;
 
 	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
@@ -71,7 +71,6 @@ __noinline int lookup_copy(__u32 k, __u32 out_off)
 	e = slot_for(h);
 	if (!e)
 		return -1;
-	now = bpf_ktime_get_ns();
 	flush = g->flush_ns;
 
 	bpf_spin_lock(&e->lock);
@@ -475,11 +474,13 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		remember_request(p, req_id);
 		return XDP_PASS;
 	}
+	__u64 now = bpf_ktime_get_ns(); /* one clock read for every key of the request */
+
 	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
 		int r;
 		if (k >= (__u32)n)
 			break;
-		r = lookup_copy(k, out);
+		r = lookup_copy(k, out, now);
 		if (r == -4) {
 			stat_inc(ST_TOO_BIG);
 			if (n == 1)

@@ -283,8 +283,10 @@ static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
 			return CMD_HARMLESS;
 		return CMD_UNKNOWN;
 	case 6:
-		if (buf_eq(s, off, "append", 6) || buf_eq(s, off, "delete", 6))
-			return buf_eq(s, off, "append", 6) ? CMD_STORE : CMD_DELETE;
+		if (buf_eq(s, off, "append", 6))
+			return CMD_STORE;
+		if (buf_eq(s, off, "delete", 6))
+			return CMD_DELETE;
 		return CMD_UNKNOWN;
 	case 7:
 		if (buf_eq(s, off, "replace", 7) || buf_eq(s, off, "prepend", 7))
@@ -293,8 +295,10 @@ static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
 			return CMD_HARMLESS;
 		return CMD_UNKNOWN;
 	case 9:
-		if (buf_eq(s, off, "flush_all", 9) || buf_eq(s, off, "verbosity", 9))
-			return buf_eq(s, off, "flush_all", 9) ? CMD_FLUSH : CMD_HARMLESS;
+		if (buf_eq(s, off, "flush_all", 9))
+			return CMD_FLUSH;
+		if (buf_eq(s, off, "verbosity", 9))
+			return CMD_HARMLESS;
 		return CMD_UNKNOWN;
 	}
 	return CMD_UNKNOWN;
