@@ -11,9 +11,8 @@
  * which would mean summing the payload here: IPv6 requests are passed, not echoed. The TTL is
  * left alone (the reply goes back over the same link).
  *
- * Also here: a pass-through program for the peer end of the veth pair (XDP_TX on veth needs an
- * XDP program on the peer) and for a server veth that should be driven by NAPI without an answer
- * in XDP (the stock-memcached baseline), so every configuration runs on the same path. */
+ * Built into a skeleton by crates/inkcache/build.rs with every other program; inkbench pairs it
+ * with inkcache_pass.bpf.c for the peer end and for the stock-memcached baseline. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -82,10 +81,4 @@ int inkbench_echo(struct xdp_md *ctx)
 	}
 	swap_mac(eth);
 	return XDP_TX;
-}
-
-SEC("xdp")
-int inkbench_pass(struct xdp_md *ctx)
-{
-	return XDP_PASS;
 }

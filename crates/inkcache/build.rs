@@ -12,12 +12,15 @@ fn main() {
         "aarch64" => "aarch64-linux-gnu",
         other => panic!("unsupported target architecture {other}"),
     };
-    for name in [
-        "inkcache_xdp",
-        "inkcache_tc",
-        "inkcache_sock",
-        "inkcache_pass",
-    ] {
+    let mut names: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| {
+            let f = e.unwrap().file_name().into_string().ok()?;
+            f.strip_suffix(".bpf.c").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    for name in &names {
         let src = root.join(format!("{name}.bpf.c"));
         SkeletonBuilder::new()
             .source(&src)

@@ -1,5 +1,6 @@
-//! The XDP echo floor (`bpf/inkbench_echo.bpf.c`): loading it and attaching it, or its
-//! pass-through sibling, to an interface inside a network namespace, and detaching on drop.
+//! The XDP echo floor (`bpf/inkbench_echo.bpf.c`) or the pass-through program
+//! (`bpf/inkcache_pass.bpf.c`): loading one and attaching it to an interface inside a network
+//! namespace, and detaching on drop. Both skeletons are built by the inkcache crate.
 //!
 //! The attachment is a netlink XDP attachment (`libbpf_rs::Xdp`), so the program stays on the
 //! interface after the loaded object is dropped; [`XdpGuard`] removes it again (or the interface
@@ -8,19 +9,14 @@
 use std::fs::File;
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Xdp, XdpFlags};
-use nix::sched::{setns, CloneFlags};
 
-#[allow(clippy::all, missing_docs)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/inkbench_echo.skel.rs"));
-}
+use inkcache::skel::{echo, pass};
 
-/// Which program of `inkbench_echo.bpf.c` to attach.
+/// Which program to attach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum XdpProg {
     /// Turns memcached UDP requests to the port around (XDP_TX), passes the rest.
@@ -31,17 +27,7 @@ pub enum XdpProg {
 
 /// Runs `f` on a thread that joined the network namespace `ns` (a name under /run/netns).
 pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    let path = PathBuf::from("/run/netns").join(ns);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let fd = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-            setns(fd, CloneFlags::CLONE_NEWNET)
-                .with_context(|| format!("joining network namespace {ns}"))?;
-            f()
-        })
-        .join()
-        .unwrap_or_else(|_| Err(anyhow!("a thread in namespace {ns} panicked")))
-    })
+    testkit::in_netns(ns, f)?
 }
 
 fn mode_flags(native: bool) -> XdpFlags {
@@ -72,20 +58,31 @@ pub fn attach(netns: &str, iface: &str, prog: XdpProg, port: u16) -> Result<XdpG
         let ifindex = nix::net::if_::if_nametoindex(iface_s.as_str())
             .with_context(|| format!("no interface {iface_s}"))? as i32;
         let mut obj = MaybeUninit::uninit();
-        let mut open = skel::InkbenchEchoSkelBuilder::default()
-            .open(&mut obj)
-            .context("opening the echo BPF object")?;
-        open.maps
-            .rodata_data
-            .as_deref_mut()
-            .context("echo object has no rodata")?
-            .port = port;
-        let loaded = open
-            .load()
-            .map_err(|e| anyhow!("loading the echo BPF object (verifier or kernel): {e}"))?;
+        let loaded_echo;
+        let loaded_pass;
         let p = match prog {
-            XdpProg::Echo => &loaded.progs.inkbench_echo,
-            XdpProg::Pass => &loaded.progs.inkbench_pass,
+            XdpProg::Echo => {
+                let mut open = echo::InkbenchEchoSkelBuilder::default()
+                    .open(&mut obj)
+                    .context("opening the echo BPF object")?;
+                open.maps
+                    .rodata_data
+                    .as_deref_mut()
+                    .context("echo object has no rodata")?
+                    .port = port;
+                loaded_echo = open.load().map_err(|e| {
+                    anyhow!("loading the echo BPF object (verifier or kernel): {e}")
+                })?;
+                &loaded_echo.progs.inkbench_echo
+            }
+            XdpProg::Pass => {
+                loaded_pass = pass::InkcachePassSkelBuilder::default()
+                    .open(&mut obj)
+                    .context("opening the pass BPF object")?
+                    .load()
+                    .map_err(|e| anyhow!("loading the pass BPF object: {e}"))?;
+                &loaded_pass.progs.inkcache_pass
+            }
         };
         let x = Xdp::new(p.as_fd());
         let mut last = None;

@@ -15,7 +15,7 @@ use inkproto::{
     client::{parse_response, Response},
     udp::{frame_request, FrameHeader},
 };
-use testkit::{Netns, Pair, Server, SRV_V4};
+use testkit::{Pair, Server, SRV_V4};
 
 pub const PORT: u16 = 11211;
 /// Write quarantine used by the tests (see `inkcache attach --quarantine-ms`).
@@ -44,7 +44,7 @@ impl Rig {
         let pair = Pair::new()?;
         let server = Server::start(&pair.server, PORT)?;
         // XDP_TX on veth needs an XDP program on the peer end.
-        run_ok(Command::new(bin()).args([
+        testkit::sh(Command::new(bin()).args([
             "--netns",
             &pair.client.name,
             "veth-peer",
@@ -179,10 +179,6 @@ impl Drop for Rig {
     }
 }
 
-pub fn run_ok(cmd: &mut Command) -> Result<std::process::Output> {
-    testkit::sh(cmd)
-}
-
 pub fn tcp_request(addr: SocketAddr, req: &[u8]) -> Result<Response> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
@@ -294,8 +290,4 @@ pub fn set(rig: &Rig, key: &str, flags: u32, value: &[u8]) {
     );
     assert_eq!(rig.tcp(&req), Response::Stored);
     settle();
-}
-
-pub fn ns_of(rig: &Rig) -> &Netns {
-    &rig.pair.server
 }

@@ -65,16 +65,7 @@ impl Netns {
 
     /// Runs `f` on a thread that has joined this namespace: sockets it opens live there.
     pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> T {
-        let path = PathBuf::from("/run/netns").join(&self.name);
-        thread::scope(|s| {
-            s.spawn(|| {
-                let fd = File::open(&path).expect("opening the netns");
-                setns(fd, CloneFlags::CLONE_NEWNET).expect("setns");
-                f()
-            })
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e))
-        })
+        in_netns(&self.name, f).expect("joining the network namespace")
     }
 }
 
@@ -84,6 +75,22 @@ impl Drop for Netns {
             .args(["netns", "del", &self.name])
             .status();
     }
+}
+
+/// Runs `f` on a thread that has joined the network namespace `name` (under /run/netns); fails if
+/// the namespace cannot be joined. A panic in `f` propagates.
+pub fn in_netns<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
+    let path = PathBuf::from("/run/netns").join(name);
+    thread::scope(|s| {
+        s.spawn(|| {
+            let fd = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+            setns(fd, CloneFlags::CLONE_NEWNET)
+                .with_context(|| format!("joining network namespace {name}"))?;
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
 }
 
 /// Two namespaces joined by a veth pair, with IPv4 and IPv6 addresses on both ends.
@@ -151,49 +158,16 @@ impl Pair {
             cli_if,
         })
     }
-
-    /// Adds an 802.1Q VLAN on top of the veth on both sides with its own subnets.
-    pub fn add_vlan(&self, id: u16, srv: &str, cli: &str) -> Result<(String, String)> {
-        let mut names = Vec::new();
-        for (ns, parent, addr) in [
-            (&self.server, &self.srv_if, srv),
-            (&self.client, &self.cli_if, cli),
-        ] {
-            let name = format!("{parent}.{id}");
-            let name = if name.len() > 15 { unique("vl") } else { name };
-            ip(&[
-                "-n",
-                &ns.name,
-                "link",
-                "add",
-                "link",
-                parent,
-                "name",
-                &name,
-                "type",
-                "vlan",
-                "id",
-                &id.to_string(),
-            ])?;
-            ip(&["-n", &ns.name, "addr", "add", addr, "dev", &name])?;
-            ip(&["-n", &ns.name, "link", "set", &name, "up"])?;
-            names.push(name);
-        }
-        Ok((names.remove(0), names.remove(0)))
-    }
 }
 
 /// Which memcached-protocol server to run: stock memcached by default, or inkcached when the
 /// environment says `INKCACHE_TEST_SERVER=inkcached` (and `INKCACHED_BIN` points at it).
-pub fn server_program() -> (PathBuf, bool) {
+pub fn server_program() -> PathBuf {
     match std::env::var("INKCACHE_TEST_SERVER").as_deref() {
-        Ok("inkcached") => (
-            std::env::var_os("INKCACHED_BIN")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("target/release/inkcached")),
-            true,
-        ),
-        _ => (PathBuf::from("/usr/bin/memcached"), false),
+        Ok("inkcached") => std::env::var_os("INKCACHED_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("target/release/inkcached")),
+        _ => PathBuf::from("/usr/bin/memcached"),
     }
 }
 
@@ -222,7 +196,7 @@ impl Server {
     }
 
     fn spawn(&mut self, ns: &Netns) -> Result<()> {
-        let (prog, _) = server_program();
+        let prog = server_program();
         let port = self.port.to_string();
         let mut cmd = ns.cmd(&prog);
         cmd.args([
