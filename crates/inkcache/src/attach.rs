@@ -166,22 +166,27 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
 
     let slots = slots_for(opts.cache_mb);
     let max_age_ns = opts.max_age_secs.saturating_mul(1_000_000_000);
+    // The constants of bpf/cache.h, which the XDP and TC objects both compile (each has its own
+    // generated rodata type, hence a macro).
+    macro_rules! set_cache_rodata {
+        ($open:ident, $what:literal) => {{
+            let ro = $open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .context(concat!($what, " object has no rodata"))?;
+            ro.slot_mask = slots - 1;
+            ro.max_age_ns = max_age_ns;
+            ro.invalidation_off = opts.debug_no_invalidation as u32;
+            ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
+        }};
+    }
 
     let mut xobj = MaybeUninit::uninit();
     let mut xopen = skel::xdp::InkcacheXdpSkelBuilder::default()
         .open(&mut xobj)
         .context("opening the XDP object")?;
-    {
-        let ro = xopen
-            .maps
-            .rodata_data
-            .as_deref_mut()
-            .context("XDP object has no rodata")?;
-        ro.slot_mask = slots - 1;
-        ro.max_age_ns = max_age_ns;
-        ro.invalidation_off = opts.debug_no_invalidation as u32;
-        ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
-    }
+    set_cache_rodata!(xopen, "XDP");
     xopen.maps.cache.set_max_entries(slots)?;
     xopen
         .maps
@@ -197,17 +202,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     let mut topen = skel::tc::InkcacheTcSkelBuilder::default()
         .open(&mut tobj)
         .context("opening the TC object")?;
-    {
-        let ro = topen
-            .maps
-            .rodata_data
-            .as_deref_mut()
-            .context("TC object has no rodata")?;
-        ro.slot_mask = slots - 1;
-        ro.max_age_ns = max_age_ns;
-        ro.invalidation_off = opts.debug_no_invalidation as u32;
-        ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
-    }
+    set_cache_rodata!(topen, "TC");
     {
         let (x, t) = (&xskel.maps, &mut topen.maps);
         t.ttl_hints.reuse_fd(x.ttl_hints.as_fd())?;
@@ -315,7 +310,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
                 for info in &done {
                     let _ = detach_info(info, &pins::dir_for(&info.iface)?);
                 }
-                let _ = undo_one(t);
+                let _ = pins::remove_dir(&t.dir);
                 return Err(e);
             }
         }
@@ -458,10 +453,6 @@ fn pin_fd(fd: std::os::fd::BorrowedFd<'_>, path: &std::path::Path) -> Result<()>
             .with_context(|| format!("pinning {}", path.display()));
     }
     Ok(())
-}
-
-fn undo_one(t: &Target) -> Result<()> {
-    pins::remove_dir(&t.dir)
 }
 
 /// Removes what `attach` put on `iface` (its XDP program, its TC filter, its pins) and nothing else.
