@@ -50,6 +50,23 @@ impl Pacer {
             None
         }
     }
+
+    /// Calls `issue` with the scheduled time of every request due at `now` and scheduled before
+    /// `end`, at most `max` of them (one batch of a generator's loop).
+    pub fn issue_due(
+        &mut self,
+        now: Instant,
+        end: Instant,
+        max: usize,
+        mut issue: impl FnMut(Instant),
+    ) {
+        for _ in 0..max {
+            match self.take_due(now) {
+                Some(t) if t < end => issue(t),
+                _ => break,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

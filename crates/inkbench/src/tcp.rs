@@ -90,17 +90,9 @@ pub(crate) fn run_thread(
         }
         if !stopping {
             match &mut pacer {
-                Some(p) => {
-                    let mut n = 0;
-                    while n < 4096 {
-                        let Some(t) = p.take_due(now) else { break };
-                        if t >= win.end {
-                            break;
-                        }
-                        e.issue_open(t, win.measured(t));
-                        n += 1;
-                    }
-                }
+                Some(p) => p.issue_due(now, win.end, 4096, |t| {
+                    e.issue_open(t, win.measured(t));
+                }),
                 None => {
                     while e.pending_total() < plan.inflight
                         && e.issue_closed(now, win.measured(now))

@@ -64,34 +64,27 @@ fn bars(path: &Path, title: &str, y_desc: &str, series: &[&str], panels: &[Panel
         let w = 0.7 / k as f64;
         for (j, sname) in series.iter().enumerate() {
             let color = COLORS[j % COLORS.len()];
-            let rects: Vec<_> = groups
+            // (left edge, value) of each drawable bar of this series
+            let bars: Vec<(f64, f64)> = groups
                 .iter()
                 .enumerate()
                 .filter_map(|(i, (_, vals))| {
                     let v = *vals.get(j)?;
-                    (v.is_finite() && v > 0.0).then(|| {
-                        let x0 = i as f64 + 0.15 + j as f64 * w;
-                        Rectangle::new([(x0, 0.0), (x0 + w * 0.92, v)], color.filled())
-                    })
+                    (v.is_finite() && v > 0.0).then_some((i as f64 + 0.15 + j as f64 * w, v))
                 })
                 .collect();
+            let rects = bars
+                .iter()
+                .map(|&(x0, v)| Rectangle::new([(x0, 0.0), (x0 + w * 0.92, v)], color.filled()));
             let s = chart.draw_series(rects).map_err(|e| err(&e))?;
             if k > 1 {
                 s.label(*sname).legend(move |(x, y)| {
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
                 });
             }
-            let texts: Vec<_> = groups
+            let texts = bars
                 .iter()
-                .enumerate()
-                .filter_map(|(i, (_, vals))| {
-                    let v = *vals.get(j)?;
-                    (v.is_finite() && v > 0.0).then(|| {
-                        let x0 = i as f64 + 0.15 + j as f64 * w;
-                        Text::new(short(v), (x0, v + vmax * 0.03), ("sans-serif", 11))
-                    })
-                })
-                .collect();
+                .map(|&(x0, v)| Text::new(short(v), (x0, v + vmax * 0.03), ("sans-serif", 11)));
             chart.draw_series(texts).map_err(|e| err(&e))?;
         }
         let labels: Vec<_> = groups
