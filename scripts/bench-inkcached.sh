@@ -9,10 +9,11 @@
 # Usage: scripts/bench-inkcached.sh [OUT.jsonl]
 # Environment: THREADS ("1 2"), REPS (3), DURATION (5s), KEYS (100000), POP (zipf:0.99),
 #   UDP_SOCKS (8), UDP_INFLIGHT (64), TCP_CONNS (8), TCP_PIPE (16), WORKLOADS ("udp-get tcp-get tcp-set"),
-#   SERVERS ("memcached inkcached"), INKCACHED, INKBENCH, MEMCACHED (binaries).
+#   SERVERS ("memcached inkcached"), INKCACHED, INKBENCH, INKCACHE, MEMCACHED (binaries).
 # Every run appends one JSON line to OUT (default /tmp/bench-inkcached.jsonl); a summary table
 # (medians) is printed at the end. Must run as root. Namespaces and servers are removed on exit.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 OUT=${1:-/tmp/bench-inkcached.jsonl}
 THREADS=${THREADS:-"1 2"}
@@ -26,16 +27,17 @@ TCP_CONNS=${TCP_CONNS:-8}
 TCP_PIPE=${TCP_PIPE:-16}
 WORKLOADS=${WORKLOADS:-"udp-get tcp-get tcp-set"}
 SERVERS=${SERVERS:-"memcached inkcached"}
-TGT=${CARGO_TARGET_DIR:-/work/target-server}
+TGT=${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}
 INKCACHED=${INKCACHED:-$TGT/release/inkcached}
 INKBENCH=${INKBENCH:-$TGT/release/inkbench}
+INKCACHE=${INKCACHE:-$TGT/release/inkcache}
 MEMCACHED=${MEMCACHED:-/usr/bin/memcached}
 PORT=11211
 SRV=198.18.0.1
 CLI=198.18.0.2
 
 [ "$(id -u)" = 0 ] || { echo "bench-inkcached: needs root" >&2; exit 1; }
-for b in "$INKCACHED" "$INKBENCH" "$MEMCACHED"; do
+for b in "$INKCACHED" "$INKBENCH" "$INKCACHE" "$MEMCACHED"; do
     [ -x "$b" ] || { echo "bench-inkcached: missing $b" >&2; exit 1; }
 done
 
@@ -43,14 +45,11 @@ NS_S=ibs$$
 NS_C=ibc$$
 IF_S=ibs$$
 IF_C=ibc$$
-WORK=$(mktemp -d /tmp/bench-inkcached.XXXXXX)
 SRV_PID=
 
 cleanup() {
     if [ -n "$SRV_PID" ]; then kill "$SRV_PID" 2>/dev/null || true; wait "$SRV_PID" 2>/dev/null || true; fi
-    ip netns del "$NS_S" 2>/dev/null || true
-    ip netns del "$NS_C" 2>/dev/null || true
-    rm -rf "$WORK"
+    netns_del "$NS_S" "$NS_C"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -74,31 +73,14 @@ disturbed() { # sets DISTURBED if something that disturbs the numbers is running
 }
 
 # --- topology ---
-cat >"$WORK/xdp_pass.c" <<'EOF'
-#include <linux/bpf.h>
-__attribute__((section("xdp"), used)) int xdp_pass(struct xdp_md *ctx) { return XDP_PASS; }
-char _license[] __attribute__((section("license"), used)) = "GPL";
-EOF
-clang -O2 -g -target bpf -I/usr/include/x86_64-linux-gnu -c "$WORK/xdp_pass.c" -o "$WORK/xdp_pass.o"
-
-ip netns add "$NS_S"
-ip netns add "$NS_C"
-ip link add "$IF_S" netns "$NS_S" type veth peer name "$IF_C" netns "$NS_C"
-ip -n "$NS_S" addr add $SRV/24 dev "$IF_S"
-ip -n "$NS_C" addr add $CLI/24 dev "$IF_C"
-for p in "$NS_S:$IF_S:1" "$NS_C:$IF_C:0"; do
-    IFS=: read -r ns ifn cpu <<<"$p"
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set "$ifn" up
-    ip -n "$ns" link set dev "$ifn" xdpdrv obj "$WORK/xdp_pass.o" sec xdp
+netns_pair "$NS_S" "$NS_C" "$IF_S" "$IF_C"
+for p in "$NS_S:$IF_S" "$NS_C:$IF_C"; do
+    IFS=: read -r ns ifn <<<"$p"
+    # an XDP_PASS program on both ends, so packets take the (threaded) NAPI path
+    "$INKCACHE" --netns "$ns" veth-peer --iface "$ifn"
     ip netns exec "$ns" sh -c "echo 1 > /sys/class/net/$ifn/threaded"
 done
 sleep 0.5
-pin_napi() { # iface cpu
-    local n=0
-    for pid in $(pgrep "^napi/$1-"); do taskset -pc "$2" "$pid" >/dev/null; n=$((n + 1)); done
-    [ $n -gt 0 ] || { echo "bench-inkcached: no napi/$1-N thread" >&2; exit 1; }
-}
 pin_napi "$IF_S" 1
 pin_napi "$IF_C" 0
 ip -n "$NS_C" neigh show >/dev/null

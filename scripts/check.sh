@@ -3,6 +3,7 @@
 # in network namespaces. Usage: scripts/check.sh [SECONDS] [extra inkbench check args...]
 # INKCACHE_ATTACH_ARGS adds arguments to `inkcache attach` (e.g. --debug-no-invalidation).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 BIN=${BIN:-target/release}
 SECS=${1:-60}; shift || true
@@ -13,14 +14,10 @@ cleanup() {
     set +e
     [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
     "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
-    ip netns del "$SRV" 2>/dev/null; ip netns del "$CLI" 2>/dev/null
+    netns_del "$SRV" "$CLI"
 }
 trap cleanup EXIT
-ip netns add "$SRV"; ip netns add "$CLI"
-ip link add "$SIF" netns "$SRV" type veth peer name "$CIF" netns "$CLI"
-ip -n "$SRV" addr add 198.18.0.1/24 dev "$SIF"; ip -n "$CLI" addr add 198.18.0.2/24 dev "$CIF"
-for ns in "$SRV" "$CLI"; do ip -n "$ns" link set lo up; done
-ip -n "$SRV" link set "$SIF" up; ip -n "$CLI" link set "$CIF" up
+netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
 "$BIN/inkcache" --netns "$CLI" veth-peer --iface "$CIF"
 ip netns exec "$SRV" memcached -u root -p 11211 -U 11211 -t 2 -m 64 &
 MCPID=$!

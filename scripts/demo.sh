@@ -2,6 +2,7 @@
 # make demo: stock memcached in a network namespace, a client namespace joined by a veth pair,
 # a short UDP get load without and with inkcache attached, and a table of what happened.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 BIN=${BIN:-target/release}
 ID=$$
@@ -15,19 +16,14 @@ cleanup() {
     set +e
     [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
     "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
-    ip netns del "$SRV" 2>/dev/null
-    ip netns del "$CLI" 2>/dev/null
+    netns_del "$SRV" "$CLI"
 }
 trap cleanup EXIT
 
 [ "$(id -u)" = 0 ] || { echo "demo: must run as root (namespaces, XDP)" >&2; exit 1; }
 
 echo "== namespaces $SRV (server, 198.18.0.1) and $CLI (client, 198.18.0.2)"
-ip netns add "$SRV"; ip netns add "$CLI"
-ip link add "$SIF" netns "$SRV" type veth peer name "$CIF" netns "$CLI"
-ip -n "$SRV" addr add 198.18.0.1/24 dev "$SIF"; ip -n "$CLI" addr add 198.18.0.2/24 dev "$CIF"
-for ns in "$SRV" "$CLI"; do ip -n "$ns" link set lo up; done
-ip -n "$SRV" link set "$SIF" up; ip -n "$CLI" link set "$CIF" up
+netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
 # XDP_TX on a veth reaches the peer only if the peer has an XDP program too
 "$BIN/inkcache" --netns "$CLI" veth-peer --iface "$CIF"
 

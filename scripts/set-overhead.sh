@@ -5,6 +5,7 @@
 # section 2). Without inkcache, a pass-through XDP program sits on the server veth instead, so both
 # runs pay for the same NAPI path and differ only by inkcache's work.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-target/release}
 SECS=${SECS:-5}
 ID=$$
@@ -15,15 +16,11 @@ cleanup() {
     set +e
     [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
     "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
-    ip netns del "$SRV" 2>/dev/null; ip netns del "$CLI" 2>/dev/null
+    netns_del "$SRV" "$CLI"
     rm -rf "$OUT"
 }
 trap cleanup EXIT
-ip netns add "$SRV"; ip netns add "$CLI"
-ip link add "$SIF" netns "$SRV" type veth peer name "$CIF" netns "$CLI"
-ip -n "$SRV" addr add 198.18.0.1/24 dev "$SIF"; ip -n "$CLI" addr add 198.18.0.2/24 dev "$CIF"
-for ns in "$SRV" "$CLI"; do ip -n "$ns" link set lo up; done
-ip -n "$SRV" link set "$SIF" up; ip -n "$CLI" link set "$CIF" up
+netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
 "$BIN/inkcache" --netns "$CLI" veth-peer --iface "$CIF"
 ip netns exec "$SRV" taskset -c 1 memcached -u root -p 11211 -U 11211 -t 1 -m 256 &
 MCPID=$!
@@ -35,12 +32,10 @@ run() { # $1 label, $2 proto, extra args
         --get-ratio 0 --keys 100000 --key-size 16 --value-size 64 --duration "${SECS}s" --warmup 1s \
         --no-server-stats --json "$@" > "$OUT/$label.json"
 }
-pin_napi() {
+threaded_napi() {
     ip netns exec "$SRV" sh -c "echo 1 > /sys/class/net/$SIF/threaded"
     sleep 0.2
-    for pid in $(ps -eo pid,comm | awk -v n="napi/$SIF" 'index($2, n) == 1 {print $1}'); do
-        taskset -p -c 1 "$pid" >/dev/null
-    done
+    pin_napi "$SIF" 1
 }
 for round in 1 2 3; do
     for mode in plain inkcache; do
@@ -49,7 +44,7 @@ for round in 1 2 3; do
         else
             "$BIN/inkcache" --netns "$SRV" veth-peer --iface "$SIF"
         fi
-        pin_napi
+        threaded_napi
         run "$mode-tcp-$round" tcp --connections 4 --pipeline 8
         run "$mode-udp-$round" udp --inflight 32
         if [ $mode = inkcache ]; then
