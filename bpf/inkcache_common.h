@@ -11,7 +11,6 @@
 /* An item is stored as the bytes memcached sends for it: "VALUE <key> <flags> <bytes>\r\n<data>\r\n".
  * A single-key reply adds "END\r\n", so an item fits one datagram when it is at most this long. */
 #define ITEM_MAX         (PAYLOAD_MAX - 5)
-#define ITEM_CAP         1392  /* bytes reserved per slot (ITEM_MAX rounded up to 16) */
 #define MAX_GET_KEYS     24    /* keys per get answered in the kernel; more pass to the server */
 #define SCRATCH_LEN      2048  /* per-CPU scratch: request bytes parsed, reply built */
 
@@ -31,24 +30,54 @@ enum ink_stat {
 	ST_INVAL_FLUSH,       /* whole-cache invalidations by flush_all */
 	ST_INVAL_RESTART,     /* whole-cache invalidations: the server bound or released its port */
 	ST_EXPIRED,           /* hits refused because the item's expiry had passed */
+	ST_PROMOTED,          /* hot items copied to the log head before the log overwrote them */
 	ST_MAX,
 };
 
-/* One cache slot. `len == 0` means empty, or, with ENTRY_TOO_BIG, a marker saying that the key
- * `hash` has an item whose reply XDP cannot send on this path: its gets pass straight to the
- * server without being remembered, and its replies are not parsed for a fill. */
-#define ENTRY_TOO_BIG 1
-struct ink_entry {
-	struct bpf_spin_lock lock;
-	__u32 len;             /* bytes in item[] */
-	__u64 hash;            /* hash of the key (ink_hash) */
-	__u64 filled_ns;       /* bpf_ktime_get_ns() at fill */
-	__u64 stable_since;    /* replies to requests older than this may not fill the slot */
+/* The cache is a log of item bytes (the arena) and a set-associative index over it.
+ *
+ * Items are appended to the arena at a global head that only grows (16-byte units); the arena is
+ * a ring of SEG_BYTES segments, so an item written arena-size bytes ago is overwritten ("lapped")
+ * and its index way goes stale, which every reader detects. Small items take little room: a
+ * 50-byte value uses 96 bytes, not a fixed slot. An item never crosses a segment.
+ *
+ * The index has WAYS ways per set; a key's set is picked by its hash, its way by a 32-bit tag and
+ * the key length, and the key bytes in the item are compared in full. Coherence state (when
+ * replies may fill again) is kept per set, so every key of a set shares it (over-conservative,
+ * never unsafe). */
+#define WAYS        8
+#define SEG_BYTES   65536   /* one arena map value */
+#define SEG_UNITS   (SEG_BYTES / 16)
+#define SEG_SLACK   2048    /* past the end of a segment: chunked copies never leave the value */
+#define ITEM_CAP    1392    /* largest item stored (ITEM_MAX rounded up to 16) */
+
+#define WAY_TOO_BIG 1       /* a marker, no item: this key's replies cannot be sent from XDP */
+
+struct ink_way {
+	__u32 tag;             /* low 32 bits of the key hash, never 0; 0 = empty */
+	__u32 pos;             /* arena position of the item, 16-byte units (low 32 bits) */
 	__u64 expire_ns;       /* not served from this time on (ktime); ~0 = never */
-	__u16 key_len;
-	__u16 flags;           /* ENTRY_TOO_BIG: a marker, no item (see below) */
-	__u32 pad1;
-	__u8 item[ITEM_CAP];   /* "VALUE <key> <flags> <bytes>\r\n<data>\r\n" */
+	__u64 filled_ns;       /* ktime of the fill (void if not after the last flush) */
+	__u16 len;             /* item bytes: "VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n" */
+	__u16 hdr_len;         /* bytes of the VALUE line, "\r\n" included */
+	__u8 key_len;
+	__u8 cas_len;          /* bytes of " <cas>" at the end of the VALUE line; 0: no CAS known */
+	__u8 flags;            /* WAY_TOO_BIG */
+	__u8 pad;
+};
+
+struct ink_set {
+	struct bpf_spin_lock lock;
+	__u32 open;            /* mutations of keys of this set the server has not answered yet */
+	__u64 open_since;      /* ktime of the latest of them */
+	__u64 stable_since;    /* replies to requests that arrived before this may not fill */
+	__u32 gen;             /* server generation `open` counts in (a restart voids the count) */
+	__u32 pad;
+	struct ink_way way[WAYS];
+};
+
+struct ink_seg {
+	__u8 b[SEG_BYTES + SEG_SLACK];
 };
 
 /* A get request passed to the server, waiting for its reply (which may fill the cache). */

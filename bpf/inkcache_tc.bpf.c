@@ -14,34 +14,15 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Leaves a marker in the key's slot: the key's item cannot be answered from XDP on this path, so
- * its gets pass at once and are not remembered. The marker lives max_age (the item may shrink). */
-static __always_inline void mark_too_big(__u64 h, __u32 klen)
-{
-	__u64 now = bpf_ktime_get_ns();
-	struct ink_entry *e = slot_for(h);
-
-	if (!e)
-		return;
-	bpf_spin_lock(&e->lock);
-	e->len = 0;
-	e->hash = h;
-	e->key_len = klen;
-	e->flags = ENTRY_TOO_BIG;
-	e->filled_ns = now;
-	e->expire_ns = now + max_age_ns;
-	bpf_spin_unlock(&e->lock);
-}
-
-/* Parses the item "VALUE <key> <flags> <bytes>\r\n<data>\r\n" at scratch.buf[off, end) and installs
- * it if allowed. Returns the item's length (to step to the next one), or -1 if it is malformed. */
+/* Parses the item "VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n" at scratch.buf[off, end)
+ * and installs it if allowed (with its CAS, so that both get and gets can be answered). Returns
+ * the item's length (to step to the next one), or -1 if it is malformed. */
 __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 {
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
-	struct ink_entry *e;
-	int kend, fend, bend, eol, bytes;
-	__u32 kpos, klen, item_len, cas = 0, filled = 0;
+	int kend, fend, bend, cend, eol, bytes;
+	__u32 kpos, klen, item_len, hdr, cas = 0, skip = 0;
 	__u64 h, now, exp, *hint;
 
 	if (!s || !g || off >= end || end > SCRATCH_LEN)
@@ -56,7 +37,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	if (klen > KEY_MAX || BUF(s, kend) != ' ')
 		return -1;
 	if (s->dirty)
-		cas = 1; /* a key the XDP side never answers: don't store it */
+		skip = 1; /* a key the XDP side never answers: don't store it */
 	fend = scan_token(kend + 1, end);
 	if (fend < 0 || (__u32)fend >= end || BUF(s, fend) != ' ')
 		return -1;
@@ -66,32 +47,35 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	bytes = parse_uint(fend + 1, bend);
 	if (bytes < 0)
 		return -1;
-	if (BUF(s, bend) == ' ')
-		cas = 1; /* "gets" reply: carries a CAS unique that plain get must not serve */
-	eol = scan_eol(bend, end);
-	if (eol < 0 || BUF(s, eol - 1) != '\r')
+	eol = bend;
+	if (BUF(s, bend) == ' ') { /* "gets" reply: " <cas>" */
+		cend = scan_token(bend + 1, end);
+		if (cend < 0 || (__u32)cend >= end || (__u32)cend - bend > 21 ||
+		    !all_digits(bend + 1, cend))
+			return -1;
+		cas = (__u32)cend - bend;
+		eol = cend;
+	}
+	if (BUF(s, eol) != '\r' || BUF(s, eol + 1) != '\n')
 		return -1;
-	item_len = (__u32)eol + 1 - off + (__u32)bytes + 2;
+	hdr = (__u32)eol + 2 - off;
+	item_len = hdr + (__u32)bytes + 2;
 	if (off + item_len > end || item_len < 8)
 		return -1;
 	if (BUF(s, off + item_len - 2) != '\r' ||
 	    BUF(s, off + item_len - 1) != '\n')
 		return -1;
-	if (cas || item_len > ITEM_MAX) {
+	if (skip || item_len > ITEM_CAP || item_len - cas > ITEM_MAX) {
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;
 	}
 	h = key_hash(kpos, klen);
 	/* growth from the smallest request for this key ("get <key>\r\n") to its reply */
-	if (g->grow_fail_min && item_len + 5 >= klen + 6 + g->grow_fail_min) {
-		mark_too_big(h, klen);
+	if (g->grow_fail_min && item_len - cas + 5 >= klen + 6 + g->grow_fail_min) {
+		table_mark_too_big(h, klen);
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;
 	}
-
-	e = slot_for(h);
-	if (!e)
-		return -1;
 	now = bpf_ktime_get_ns();
 	/* expiry: learned from the last mutation of this key, else bounded by max_age */
 	hint = bpf_map_lookup_elem(&ttl_hints, &h);
@@ -101,30 +85,19 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 		exp = EXP_UNKNOWN;
 	else
 		exp = now + max_age_ns;
-	if (exp <= now || now < g->fill_block_until) {
+	if (exp <= now) {
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;
 	}
-	bpf_spin_lock(&e->lock);
-	if (e->stable_since < req_ts && g->flush_ns < req_ts) {
-		for (__u32 c = 0; c < ITEM_CAP / 16; c++) {
-			__u32 o = c * 16;
-			if (o >= item_len)
-				break;
-			__u32 src = (off + o) & BUF_MASK;
-			barrier_var(src);
-			__builtin_memcpy(&e->item[o], &s->buf[src], 16);
-		}
-		e->len = item_len;
-		e->hash = h;
-		e->key_len = klen;
-		e->filled_ns = now;
-		e->expire_ns = exp;
-		e->flags = 0;
-		filled = 1;
-	}
-	bpf_spin_unlock(&e->lock);
-	stat_inc(filled ? ST_FILLS : ST_FILL_SKIPPED);
+	s->fa.h = h;
+	s->fa.req_ts = req_ts;
+	s->fa.exp = exp;
+	s->fa.klen = klen;
+	s->fa.off = off;
+	s->fa.len = item_len;
+	s->fa.hdr = hdr;
+	s->fa.cas = cas;
+	stat_inc(table_fill() ? ST_FILLS : ST_FILL_SKIPPED);
 	return item_len;
 }
 

@@ -15,13 +15,13 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Splits "get <key>[ <key>...]\r\n" (already known to start with "get ") into keys. Returns the
- * number of keys, or -1 if the request is not in the canonical form the kernel answers (such
+/* Splits "get <key>[ <key>...]\r\n" or "gets ..." (the keys starting at `pos`) into keys. Returns
+ * the number of keys, or -1 if the request is not in the canonical form the kernel answers (such
  * requests pass to the server, which has the last word on them). */
-__noinline int parse_get_keys(__u32 len)
+__noinline int parse_get_keys(__u32 pos, __u32 len)
 {
 	struct scratch *s = get_scratch();
-	__u32 pos = 4, n = 0;
+	__u32 n = 0;
 
 	if (!s || len < 7 || len > PAYLOAD_MAX)
 		return -1;
@@ -47,73 +47,6 @@ __noinline int parse_get_keys(__u32 len)
 		pos = end + 1;
 	}
 	return -1;
-}
-
-/* Looks key k up (at time `now`) and appends its item to scratch.out at out_off. Returns the item
- * length, -1 on a miss, -2 if the item does not fit the datagram after what is already there, -3
- * if it expired, -4 if the key is marked too big for XDP. */
-__noinline int lookup_copy(__u32 k, __u32 out_off, __u64 now)
-{
-	struct scratch *s = get_scratch();
-	struct ink_global *g = global_state();
-	struct ink_entry *e;
-	__u32 koff, klen, ilen;
-	__u64 h, flush;
-	int ret = -1;
-
-	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
-		return -1;
-	koff = s->koff[k & 31];
-	klen = s->klen[k & 31];
-	if (klen == 0 || klen > KEY_MAX)
-		return -1;
-	h = key_hash(koff, klen);
-	e = slot_for(h);
-	if (!e)
-		return -1;
-	flush = g->flush_ns;
-
-	bpf_spin_lock(&e->lock);
-	ilen = e->len;
-	if (ilen == 0 && e->flags == ENTRY_TOO_BIG && e->hash == h && now < e->expire_ns) {
-		ret = -4; /* known too big: pass without remembering the request */
-		goto out;
-	}
-	if (ilen == 0 || ilen > ITEM_MAX || e->hash != h || e->key_len != klen)
-		goto out;
-	if (e->filled_ns <= flush)
-		goto out;
-	if (now >= e->expire_ns) {
-		ret = -3;
-		goto out;
-	}
-	for (__u32 i = 0; i < 32; i++) { /* the key, 8 bytes at a time */
-		__u32 pos = i * 8, ip;
-		__u64 a;
-		if (pos >= klen)
-			break;
-		ip = (6 + pos) & 255;
-		barrier_var(ip);
-		__builtin_memcpy(&a, &e->item[ip], 8);
-		if (low_bytes(a ^ word_at(s, koff + pos), klen - pos))
-			goto out;
-	}
-	if (out_off + ilen + 5 > UDP_HDR_MC + PAYLOAD_MAX) {
-		ret = -2;
-		goto out;
-	}
-	for (__u32 c = 0; c < ITEM_CAP / 16; c++) {
-		__u32 o = c * 16;
-		if (o >= ilen)
-			break;
-		__u32 dst = (out_off + o) & (SCRATCH_LEN - 1);
-		barrier_var(dst);
-		__builtin_memcpy(&s->out[dst], &e->item[o], 16);
-	}
-	ret = ilen;
-out:
-	bpf_spin_unlock(&e->lock);
-	return ret;
 }
 
 /* Kernel expiry for the exptime token at buf[start, end); unknown if it does not parse. */
@@ -178,29 +111,12 @@ static __always_inline void flush_command(__u32 tend, int eol)
 }
 
 /* Drops key k's item from the cache (always safe: the server still has it). */
-__noinline int evict_key(__u32 k)
+static __always_inline void evict_key(struct scratch *s, __u32 k)
 {
-	struct scratch *s = get_scratch();
-	struct ink_entry *e;
-	__u32 klen;
-	__u64 h;
+	__u32 klen = s->klen[k & 31];
 
-	if (!s)
-		return -1;
-	klen = s->klen[k & 31];
-	if (klen == 0 || klen > KEY_MAX)
-		return -1;
-	h = key_hash(s->koff[k & 31], klen);
-	e = slot_for(h);
-	if (!e)
-		return -1;
-	bpf_spin_lock(&e->lock);
-	if (e->hash == h) {
-		e->len = 0;
-		e->flags = 0;
-	}
-	bpf_spin_unlock(&e->lock);
-	return 0;
+	if (klen && klen <= KEY_MAX)
+		table_evict(key_hash(s->koff[k & 31], klen), klen);
 }
 
 /* Walks the commands of a request segment (TCP or UDP) and invalidates every key a command may
@@ -460,9 +376,9 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 }
 
 static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, struct pkt *p,
-				      __u32 plen, __u16 req_id)
+				      __u32 plen, __u16 req_id, __u32 want_cas)
 {
-	int n = parse_get_keys(plen);
+	int n = parse_get_keys(want_cas ? 5 : 4, plen);
 	__u32 out = UDP_HDR_MC;
 
 	if (n <= 0) {
@@ -480,8 +396,8 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		int r;
 		if (k >= (__u32)n)
 			break;
-		r = lookup_copy(k, out, now);
-		if (r == -4) {
+		r = table_lookup(k, out, now, want_cas);
+		if (r == LK_TOO_BIG) {
 			stat_inc(ST_TOO_BIG);
 			if (n == 1)
 				return XDP_PASS; /* its reply would not be stored: don't remember it */
@@ -489,9 +405,9 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 			return XDP_PASS;
 		}
 		if (r < 0) {
-			if (r == -3)
+			if (r == LK_EXPIRED)
 				stat_inc(ST_EXPIRED);
-			stat_inc(r == -2 ? ST_TOO_BIG : ST_MISSES);
+			stat_inc(r == LK_FULL ? ST_TOO_BIG : ST_MISSES);
 			remember_request(p, req_id);
 			return XDP_PASS;
 		}
@@ -512,7 +428,7 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 	if (p->ip_opts || build_reply(ctx, s, p, out) != 0) {
 		stat_inc(ST_TOO_BIG);
 		if (n == 1)
-			evict_key(0); /* its reply never fits this frame: free the slot */
+			evict_key(s, 0); /* its reply never fits this frame: free the way */
 		remember_request(p, req_id);
 		return XDP_PASS;
 	}
@@ -588,7 +504,9 @@ int inkcache_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	}
 	if (plen >= 7 && buf_eq(s, 0, "get ", 4))
-		return handle_get(ctx, s, &p, plen, req_id);
+		return handle_get(ctx, s, &p, plen, req_id, 0);
+	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
+		return handle_get(ctx, s, &p, plen, req_id, 1);
 	invalidate_mutations(plen);
 	stat_inc(ST_PASSED);
 	return XDP_PASS;

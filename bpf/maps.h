@@ -17,14 +17,27 @@ struct ink_global {
 	__u32 hint_overflow;    /* ttl_hints was full once: keys without a hint are not cached */
 	__u32 grow_fail_min;    /* smallest frame growth XDP failed to get (0: none yet); items that
 				 * would need as much are not cached, since XDP could never send them */
+	__u32 gen;              /* server generation: a restart voids every set's open count */
+	__u32 pad0;
+	__u64 pad1[4];          /* keep the arena head (written by every fill) off this cache line */
+	__u64 head;             /* arena log head, 16-byte units; only grows */
 };
 
+/* The index: sets of WAYS ways (see inkcache_common.h). --cache-mb decides the size. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct ink_entry);
-	__uint(max_entries, 1024); /* --cache-mb decides; a power of two */
-} cache SEC(".maps");
+	__type(value, struct ink_set);
+	__uint(max_entries, 1024);
+} sets SEC(".maps");
+
+/* The arena: the log of item bytes, in segments. --cache-mb decides the size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ink_seg);
+	__uint(max_entries, 16);
+} arena SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -12,6 +12,20 @@
 
 #define BUF_MASK     (SCRATCH_LEN - 1)
 #define OUT_LEN      (SCRATCH_LEN + 64)
+#define OUT_MASK     (SCRATCH_LEN - 1)
+
+/* Arguments of table_fill (a BPF function takes at most five). */
+struct fill_args {
+	__u64 h;               /* key hash */
+	__u64 req_ts;          /* arrival of the request the reply answers */
+	__u64 exp;             /* expiry to record */
+	__u32 klen;
+	__u32 off;             /* item at scratch.buf[off, off + len) */
+	__u32 len;
+	__u32 hdr;             /* VALUE line length, "\r\n" included */
+	__u32 cas;             /* length of " <cas>" at the end of the VALUE line, 0 if none */
+	__u32 pad;
+};
 #define MAX_CMDS     8    /* commands parsed per segment; more means "cannot be sure" */
 
 struct scratch {
@@ -21,6 +35,8 @@ struct scratch {
 	__u16 koff[32];
 	__u16 klen[32];
 	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
+	__u32 pad;
+	struct fill_args fa;
 };
 
 struct {
@@ -51,13 +67,17 @@ static __always_inline __u64 zero_bytes(__u64 x)
 	return (x - ONES) & ~x & HIGHS;
 }
 
+/* One 8-byte load or store at any byte address of a map value. The verifier allows unaligned
+ * map-value access where the architecture handles it efficiently (x86-64, arm64); written as a
+ * plain u64 access, clang emits one instruction instead of eight byte loads and shifts. */
+#define LOAD64(p)     (*(const __u64 *)(const void *)(p))
+#define STORE64(p, v) (*(__u64 *)(void *)(p) = (v))
+
 static __always_inline __u64 word_at(struct scratch *s, __u32 pos)
 {
-	__u64 w;
 	pos &= BUF_MASK;
 	barrier_var(pos);
-	__builtin_memcpy(&w, &s->buf[pos], 8);
-	return w;
+	return LOAD64(&s->buf[pos]);
 }
 
 /* Index of the lowest marked byte of a non-zero mask (marks are bit 7 of each byte). clang 14
@@ -155,6 +175,24 @@ __noinline int parse_uint(__u32 start, __u32 end)
 	if (v > 0x7fffffff)
 		return -1;
 	return (int)v;
+}
+
+/* Whether buf[start, end) is 1 to 20 decimal digits (a CAS unique). */
+__noinline int all_digits(__u32 start, __u32 end)
+{
+	struct scratch *s = get_scratch();
+
+	if (!s || end <= start || end - start > 20)
+		return 0;
+	for (__u32 i = 0; i < 20; i++) {
+		__u8 c;
+		if (start + i >= end)
+			break;
+		c = BUF(s, start + i);
+		if (c < '0' || c > '9')
+			return 0;
+	}
+	return 1;
 }
 
 #define EXPTIME_BAD (1LL << 62)

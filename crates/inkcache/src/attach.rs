@@ -15,8 +15,8 @@ use libbpf_rs::{
 
 use crate::{
     pins::{self, AttachInfo},
-    skel::{self, ENTRY_BYTES, ITEM_MAX},
-    sys, Error,
+    skel::{self, ITEM_MAX},
+    sys, Error, Layout,
 };
 
 /// TC filter handle and priority of the egress program (what detach looks for).
@@ -38,6 +38,8 @@ pub struct AttachOpts {
     /// Sources the kernel may answer; empty means each interface's connected subnets.
     pub allow: Vec<IpNet>,
     pub cache_mb: u32,
+    /// Expected average item size: splits `cache_mb` between the index and the log.
+    pub item_bytes: u32,
     pub xdp_mode: XdpMode,
     /// Oldest fill the kernel serves, in seconds (items whose expiry it cannot know).
     pub max_age_secs: u64,
@@ -58,6 +60,7 @@ impl Default for AttachOpts {
             ports: vec![11211],
             allow: vec![],
             cache_mb: 64,
+            item_bytes: crate::layout::DEFAULT_ITEM_BYTES,
             xdp_mode: XdpMode::Auto,
             max_age_secs: 60,
             pending_entries: 65536,
@@ -66,12 +69,6 @@ impl Default for AttachOpts {
             debug_no_invalidation: false,
         }
     }
-}
-
-/// Number of cache slots for `cache_mb` megabytes: the largest power of two that fits.
-pub fn slots_for(cache_mb: u32) -> u32 {
-    let n = (cache_mb as u64 * 1024 * 1024 / ENTRY_BYTES as u64).max(16);
-    1u32 << (63 - n.leading_zeros()).min(31)
 }
 
 fn probe_helper(prog_type: u32, helper: u32) -> bool {
@@ -145,8 +142,15 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     if opts.ports.is_empty() || opts.ports.contains(&0) {
         return Err(Error::Usage("port out of range: ports are 1-65535".into()).into());
     }
-    if opts.cache_mb == 0 {
-        return Err(Error::Usage("--cache-mb must be at least 1".into()).into());
+    if opts.cache_mb == 0 || opts.cache_mb > crate::layout::CACHE_MB_MAX {
+        return Err(Error::Usage(format!(
+            "--cache-mb must be 1-{}",
+            crate::layout::CACHE_MB_MAX
+        ))
+        .into());
+    }
+    if !(16..=1392).contains(&opts.item_bytes) {
+        return Err(Error::Usage("--item-bytes must be 16-1392".into()).into());
     }
     let mut targets = Vec::new();
     for iface in &opts.ifaces {
@@ -164,7 +168,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     sys::ensure_bpffs()?;
     check_kernel()?;
 
-    let slots = slots_for(opts.cache_mb);
+    let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
     let max_age_ns = opts.max_age_secs.saturating_mul(1_000_000_000);
     // The constants of bpf/cache.h, which the XDP and TC objects both compile (each has its own
     // generated rodata type, hence a macro).
@@ -175,7 +179,8 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
                 .rodata_data
                 .as_deref_mut()
                 .context(concat!($what, " object has no rodata"))?;
-            ro.slot_mask = slots - 1;
+            ro.n_sets = layout.sets;
+            ro.n_segs = layout.segs;
             ro.max_age_ns = max_age_ns;
             ro.invalidation_off = opts.debug_no_invalidation as u32;
             ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
@@ -187,7 +192,8 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         .open(&mut xobj)
         .context("opening the XDP object")?;
     set_cache_rodata!(xopen, "XDP");
-    xopen.maps.cache.set_max_entries(slots)?;
+    xopen.maps.sets.set_max_entries(layout.sets)?;
+    xopen.maps.arena.set_max_entries(layout.segs)?;
     xopen
         .maps
         .ttl_hints
@@ -206,7 +212,8 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     {
         let (x, t) = (&xskel.maps, &mut topen.maps);
         t.ttl_hints.reuse_fd(x.ttl_hints.as_fd())?;
-        t.cache.reuse_fd(x.cache.as_fd())?;
+        t.sets.reuse_fd(x.sets.as_fd())?;
+        t.arena.reuse_fd(x.arena.as_fd())?;
         t.stats.reuse_fd(x.stats.as_fd())?;
         t.ports.reuse_fd(x.ports.as_fd())?;
         t.allow.reuse_fd(x.allow.as_fd())?;
@@ -303,7 +310,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     let group: Vec<String> = targets.iter().map(|t| t.iface.clone()).collect();
     let mut done: Vec<AttachInfo> = Vec::new();
     for t in &targets {
-        let r = attach_one(opts, t, &xskel, &tskel, &cg_links, slots, &allow, &group);
+        let r = attach_one(opts, t, &xskel, &tskel, &cg_links, layout, &allow, &group);
         match r {
             Ok(info) => done.push(info),
             Err(e) => {
@@ -369,7 +376,7 @@ fn attach_one(
     xskel: &skel::xdp::InkcacheXdpSkel<'_>,
     tskel: &skel::tc::InkcacheTcSkel<'_>,
     cg_links: &[(&str, libbpf_rs::Link)],
-    slots: u32,
+    layout: Layout,
     allow: &[IpNet],
     group: &[String],
 ) -> Result<AttachInfo> {
@@ -405,8 +412,8 @@ fn attach_one(
         ports: opts.ports.clone(),
         allow: allow.iter().map(|n| n.to_string()).collect(),
         cache_mb: opts.cache_mb,
-        slots,
-        entry_bytes: ENTRY_BYTES as u32,
+        item_bytes: opts.item_bytes,
+        layout,
         item_max: ITEM_MAX as u32,
         max_age_secs: opts.max_age_secs,
         quarantine_ms: opts.quarantine_ms,
@@ -418,9 +425,10 @@ fn attach_one(
         for (name, link) in cg_links {
             pin_fd(link.as_fd(), &t.dir.join(name))?;
         }
-        let maps: [(&str, &dyn MapCore); 8] = [
+        let maps: [(&str, &dyn MapCore); 9] = [
             ("ttl_hints", &m.ttl_hints),
-            ("cache", &m.cache),
+            ("sets", &m.sets),
+            ("arena", &m.arena),
             ("stats", &m.stats),
             ("ports", &m.ports),
             ("allow", &m.allow),

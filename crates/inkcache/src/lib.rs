@@ -4,6 +4,7 @@
 
 pub mod attach;
 pub mod error;
+pub mod layout;
 pub mod pins;
 pub mod skel;
 pub mod stats;
@@ -11,6 +12,7 @@ pub mod sys;
 
 pub use attach::{attach, detach, AttachOpts, XdpMode};
 pub use error::Error;
+pub use layout::Layout;
 pub use pins::AttachInfo;
 pub use stats::Stats;
 

@@ -35,9 +35,13 @@ enum Cmd {
         /// Sources the kernel may answer (repeat); default: the interfaces' connected subnets.
         #[arg(long = "allow", value_parser = parse_cidr)]
         allow: Vec<IpNet>,
-        /// Memory for cached items, in MiB.
+        /// Memory for cached items and their index, in MiB.
         #[arg(long, default_value_t = 64)]
         cache_mb: u32,
+        /// Expected average item size in bytes (VALUE line + data): splits --cache-mb between
+        /// the item log and the index (`status` shows the split and the real average).
+        #[arg(long, default_value_t = inkcache::layout::DEFAULT_ITEM_BYTES)]
+        item_bytes: u32,
         #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
         xdp_mode: XdpMode,
         /// Seconds an item filled from a reply may be served (0 disables the kernel cache).
@@ -144,6 +148,7 @@ fn run(cli: Cli) -> Result<()> {
             ports,
             allow,
             cache_mb,
+            item_bytes,
             xdp_mode,
             max_age,
             pending,
@@ -156,6 +161,7 @@ fn run(cli: Cli) -> Result<()> {
                 ports,
                 allow,
                 cache_mb,
+                item_bytes,
                 xdp_mode,
                 max_age_secs: max_age,
                 pending_entries: pending,
@@ -165,12 +171,12 @@ fn run(cli: Cli) -> Result<()> {
             };
             for info in inkcache::attach(&opts)? {
                 println!(
-                    "attached to {} ({} XDP), ports {:?}, {} slots of {} bytes, allow {}",
+                    "attached to {} ({} XDP), ports {:?}, cache {} ways + {} KiB log, allow {}",
                     info.iface,
                     info.xdp_mode,
                     info.ports,
-                    info.slots,
-                    info.entry_bytes,
+                    info.layout.ways(),
+                    info.layout.log_bytes() / 1024,
                     info.allow.join(",")
                 );
             }
@@ -208,20 +214,55 @@ struct StatusRow {
     pin_dir: String,
     /// Whether the XDP program recorded at attach is still the one on the interface.
     xdp_attached: bool,
+    /// Map memory of the cache (index and log).
     cache_bytes: u64,
-    filled_slots: u64,
+    #[serde(flatten)]
+    fill: Fill,
 }
 
-fn filled(dir: &std::path::Path) -> Result<u64> {
-    let m = MapHandle::from_pinned_path(dir.join("cache")).context("opening the cache map")?;
-    // One syscall per 1024 slots; struct ink_entry: 4-byte spin lock, then u32 len.
-    let mut n = 0;
+/// What the cache holds now.
+#[derive(serde::Serialize, Default)]
+struct Fill {
+    /// Items the kernel can answer (ways holding an item the log has not overwritten).
+    items: u64,
+    /// Their bytes in the log.
+    item_bytes_stored: u64,
+    /// Cache memory per stored item (index and log), 0 if empty.
+    bytes_per_item: u64,
+}
+
+fn fill(dir: &std::path::Path, total: u64, log_units: u64) -> Result<Fill> {
+    use inkcache::skel::xdp::types::{ink_global, ink_set, ink_way};
+    use std::mem::{offset_of, size_of};
+    let g = MapHandle::from_pinned_path(dir.join("global")).context("opening the global map")?;
+    let gv = g
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
+        .context("empty global map")?;
+    let at = offset_of!(ink_global, head);
+    let head = u64::from_ne_bytes(gv[at..at + 8].try_into()?);
+    let m = MapHandle::from_pinned_path(dir.join("sets")).context("opening the sets map")?;
+    let mut f = Fill::default();
+    let (w0, wsz) = (offset_of!(ink_set, way), size_of::<ink_way>());
     for (_, v) in m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)? {
-        if u32::from_ne_bytes(v[4..8].try_into()?) != 0 {
-            n += 1;
+        for w in 0..inkcache::layout::WAYS as usize {
+            let b = &v[w0 + w * wsz..w0 + (w + 1) * wsz];
+            let field = |o: usize, n: usize| -> u64 {
+                let mut x = [0u8; 8];
+                x[..n].copy_from_slice(&b[o..o + n]);
+                u64::from_ne_bytes(x)
+            };
+            let tag = field(offset_of!(ink_way, tag), 4);
+            let pos = field(offset_of!(ink_way, pos), 4) as u32;
+            let len = field(offset_of!(ink_way, len), 2);
+            let lapped = (head as u32).wrapping_sub(pos) as u64 > log_units;
+            if tag != 0 && len != 0 && !lapped {
+                f.items += 1;
+                f.item_bytes_stored += len;
+            }
         }
     }
-    Ok(n)
+    f.bytes_per_item = total.checked_div(f.items).unwrap_or(0);
+    Ok(f)
 }
 
 fn status(json: bool) -> Result<()> {
@@ -250,9 +291,10 @@ fn status(json: bool) -> Result<()> {
         } else {
             false
         };
+        let total = info.layout.total_bytes();
         rows.push(StatusRow {
-            cache_bytes: info.slots as u64 * info.entry_bytes as u64,
-            filled_slots: filled(&dir).unwrap_or(0),
+            cache_bytes: total,
+            fill: fill(&dir, total, info.layout.log_bytes() / 16).unwrap_or_default(),
             pin_dir: dir.display().to_string(),
             xdp_attached,
             info,
@@ -283,14 +325,23 @@ fn status(json: bool) -> Result<()> {
         );
         println!("  ports       {:?}", i.ports);
         println!("  allow       {}", i.allow.join(", "));
+        let l = &i.layout;
         println!(
-            "  cache       {} slots x {} bytes = {:.1} MiB (items up to {} bytes), {} filled ({:.1}%)",
-            i.slots,
-            i.entry_bytes,
+            "  cache       {:.1} MiB: index {} sets x {} ways ({:.1} MiB), log {} x 64 KiB (sized for {}-byte items; items up to {} bytes)",
             r.cache_bytes as f64 / 1048576.0,
+            l.sets,
+            inkcache::layout::WAYS,
+            l.index_bytes() as f64 / 1048576.0,
+            l.segs,
+            i.item_bytes,
             i.item_max,
-            r.filled_slots,
-            100.0 * r.filled_slots as f64 / i.slots.max(1) as f64
+        );
+        println!(
+            "  holds       {} items ({:.1}% of the ways), {:.1} MiB of items, {} bytes of cache per item",
+            r.fill.items,
+            100.0 * r.fill.items as f64 / l.ways().max(1) as f64,
+            r.fill.item_bytes_stored as f64 / 1048576.0,
+            r.fill.bytes_per_item,
         );
         println!("  max age     {} s", i.max_age_secs);
         if i.group.len() > 1 {

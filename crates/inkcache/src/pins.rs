@@ -12,7 +12,15 @@ use crate::sys::{self, BPFFS};
 
 /// The maps every attachment pins (shared by all interfaces attached in one command).
 pub const MAPS: &[&str] = &[
-    "cache", "stats", "ports", "allow", "pending", "global", "meta",
+    "sets",
+    "arena",
+    "ttl_hints",
+    "stats",
+    "ports",
+    "allow",
+    "pending",
+    "global",
+    "meta",
 ];
 pub const PROGS: &[&str] = &["xdp", "tc_egress"];
 
@@ -32,8 +40,9 @@ pub struct AttachInfo {
     pub ports: Vec<u16>,
     pub allow: Vec<String>,
     pub cache_mb: u32,
-    pub slots: u32,
-    pub entry_bytes: u32,
+    /// Expected average item size the split of `cache_mb` was made for.
+    pub item_bytes: u32,
+    pub layout: crate::Layout,
     pub item_max: u32,
     pub max_age_secs: u64,
     #[serde(default)]

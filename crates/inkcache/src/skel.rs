@@ -18,7 +18,5 @@ pub mod pass {
     include!(concat!(env!("OUT_DIR"), "/inkcache_pass.skel.rs"));
 }
 
-/// Size of one cache slot in bytes (`struct ink_entry`).
-pub const ENTRY_BYTES: usize = std::mem::size_of::<xdp::types::ink_entry>();
 /// Largest item (`VALUE <key> <flags> <bytes>\r\n<data>\r\n`) the kernel stores.
 pub const ITEM_MAX: usize = 1400 - 8 - 5;

@@ -187,25 +187,67 @@ fn multi_key_gets() {
     assert_eq!(rig.stat("hits"), hits + 1);
 }
 
-/// Replies to `gets` (with a CAS unique) never fill entries that plain `get` serves.
+/// A `gets` reply fills the cache with its CAS unique: later `gets` are answered by the kernel
+/// with memcached's exact CAS (a `cas` with it succeeds), and plain `get` from the same entry
+/// without it. An entry filled from plain `get` has no CAS, so `gets` passes to the server.
 #[test]
-fn gets_replies_do_not_fill() {
+fn gets_is_answered_with_the_exact_cas() {
     let rig = Rig::attached(&[]).unwrap();
     set(&rig, "c", 0, b"cas me");
-    let r = rig.udp_get(1, b"gets c\r\n").unwrap();
+    set(&rig, "plain", 3, b"no cas");
+    let first = rig.udp_get(1, b"gets c\r\n").unwrap();
     assert!(
-        String::from_utf8_lossy(&r).starts_with("VALUE c 0 6 "),
-        "{r:?}"
+        String::from_utf8_lossy(&first).starts_with("VALUE c 0 6 "),
+        "{first:?}"
     );
-    assert_eq!(rig.stat("fills"), 0);
+    assert_eq!(rig.stat("fills"), 1);
+
     let hits = rig.stat("hits");
-    let r = rig.udp_get(2, b"get c\r\n").unwrap();
-    assert_eq!(r, b"VALUE c 0 6\r\ncas me\r\nEND\r\n");
+    let again = rig.udp_get(2, b"gets c\r\n").unwrap();
+    assert_eq!(again, first, "the kernel's gets answer is memcached's");
+    let plain = rig.udp_get(3, b"get c\r\n").unwrap();
+    assert_eq!(plain, b"VALUE c 0 6\r\ncas me\r\nEND\r\n");
+    assert_eq!(rig.stat("hits"), hits + 2, "{}", rig.stats());
+    let via_tcp = rig.tcp(b"gets c\r\n");
+    assert_eq!(
+        inkproto::client::parse_response(&again).unwrap().unwrap().0,
+        via_tcp,
+        "same CAS as memcached's own"
+    );
+
+    // an entry filled by plain get has no CAS: gets passes, and its reply adds the CAS
+    rig.udp_get(4, b"get plain\r\n").unwrap();
+    let hits = rig.stat("hits");
+    let r = rig.udp_get(5, b"gets plain c\r\n").unwrap();
     assert_eq!(
         rig.stat("hits"),
         hits,
-        "plain get after gets is not a kernel hit"
+        "gets of a key without a known CAS passes"
     );
+    assert_eq!(
+        inkproto::client::parse_response(&r).unwrap().unwrap().0,
+        rig.tcp(b"gets plain c\r\n")
+    );
+    assert_eq!(rig.udp_get(6, b"gets plain c\r\n").unwrap(), r);
+    assert_eq!(rig.stat("hits"), hits + 1, "now both CAS are known");
+
+    // the CAS the kernel served is the one memcached checks
+    let cas = String::from_utf8_lossy(&again)
+        .lines()
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let req = format!("cas c 0 0 3 {cas}\r\nnew\r\n");
+    assert_eq!(rig.tcp(req.as_bytes()), inkproto::client::Response::Stored);
+    let after = rig.udp_get(7, b"gets c\r\n").unwrap();
+    assert!(
+        String::from_utf8_lossy(&after).starts_with("VALUE c 0 3 "),
+        "{after:?}"
+    );
+    assert_ne!(after, first);
 }
 
 /// Traffic that is not memcached, and memcached on other ports, passes untouched.
@@ -465,7 +507,27 @@ fn status_reports_attachment() {
     assert_eq!(row["xdp_attached"], true);
     assert_eq!(row["xdp_mode"], "native");
     assert_eq!(row["ports"][0], 11211);
-    assert!(row["slots"].as_u64().unwrap() >= 1024);
+    assert!(row["layout"]["sets"].as_u64().unwrap() >= 16, "{row}");
+    assert!(row["layout"]["segs"].as_u64().unwrap() >= 2, "{row}");
+    assert_eq!(row["items"], 0, "{row}");
+
+    set(&rig, "st", 0, b"status");
+    rig.udp_get(1, b"get st\r\n").unwrap();
+    let out = rig.inkcache(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["iface"] == rig.pair.srv_if.as_str())
+        .expect("our row");
+    assert_eq!(row["items"], 1, "{row}");
+    let item = "VALUE st 0 6\r\nstatus\r\n".len() as u64;
+    assert_eq!(row["item_bytes_stored"], item, "{row}");
+    assert_eq!(row["bytes_per_item"], row["cache_bytes"], "{row}");
+    let text = rig.inkcache(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("holds       1 items"), "{text}");
 }
 
 /// IPv6 gets hit and the reply is the same as memcached's.

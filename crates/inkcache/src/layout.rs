@@ -1,0 +1,102 @@
+//! How `--cache-mb` is split between the index and the arena (see `bpf/inkcache_common.h`).
+//!
+//! Items are appended to a log (the arena) and found through a set-associative index of
+//! [`WAYS`]-way sets. Each stored item costs its own bytes rounded up to 16 in the arena plus one
+//! index way (`SET_BYTES / WAYS` bytes), so the split follows the expected average item size:
+//! with `item_bytes` per item, the index gets just enough ways for the items the arena holds.
+use serde::{Deserialize, Serialize};
+
+use crate::skel::xdp::types::{ink_seg, ink_set};
+
+/// Ways per index set (`WAYS`).
+pub const WAYS: u32 = 8;
+/// Bytes of one index set (`struct ink_set`).
+pub const SET_BYTES: u32 = std::mem::size_of::<ink_set>() as u32;
+/// Bytes of one arena map value (`struct ink_seg`); `SEG_BYTES` of it hold items.
+pub const SEG_VALUE_BYTES: u32 = std::mem::size_of::<ink_seg>() as u32;
+/// Item bytes per arena segment (`SEG_BYTES`).
+pub const SEG_BYTES: u32 = 65536;
+/// Largest cache: arena positions are kept in 32 bits of 16-byte units, compared modulo 2^32.
+pub const CACHE_MB_MAX: u32 = 16384;
+/// Default expected average item size (`VALUE <key> <flags> <bytes>\r\n<data>\r\n`).
+pub const DEFAULT_ITEM_BYTES: u32 = 128;
+
+/// The sizes of the `sets` and `arena` maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    pub sets: u32,
+    pub segs: u32,
+}
+
+impl Layout {
+    /// The split of `cache_mb` MiB for items of `item_bytes` bytes on average.
+    pub fn for_budget(cache_mb: u32, item_bytes: u32) -> Layout {
+        let budget = cache_mb.clamp(1, CACHE_MB_MAX) as u64 * 1024 * 1024;
+        let per_item = item_bytes.clamp(16, 1392).next_multiple_of(16) as u64;
+        let way_bytes = (SET_BYTES / WAYS) as u64;
+        let items = budget / (per_item + way_bytes);
+        let sets = (items.div_ceil(WAYS as u64)).max(16);
+        let arena = budget.saturating_sub(sets * SET_BYTES as u64);
+        let segs = (arena / SEG_VALUE_BYTES as u64).max(2);
+        Layout {
+            sets: sets as u32,
+            segs: segs as u32,
+        }
+    }
+
+    pub fn ways(&self) -> u64 {
+        self.sets as u64 * WAYS as u64
+    }
+
+    pub fn index_bytes(&self) -> u64 {
+        self.sets as u64 * SET_BYTES as u64
+    }
+
+    /// Map memory of the arena (segments and their slack).
+    pub fn arena_bytes(&self) -> u64 {
+        self.segs as u64 * SEG_VALUE_BYTES as u64
+    }
+
+    /// Bytes items can occupy in the arena.
+    pub fn log_bytes(&self) -> u64 {
+        self.segs as u64 * SEG_BYTES as u64
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.index_bytes() + self.arena_bytes()
+    }
+
+    /// Memory one stored item of `item_bytes` costs: its log bytes and its index way.
+    pub fn bytes_per_item(item_bytes: u32) -> u32 {
+        item_bytes.next_multiple_of(16) + SET_BYTES / WAYS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_stays_within_budget_and_fits_the_expected_items() {
+        for mb in [1, 2, 64, 256, 1024] {
+            for item in [48, 128, 600, 1392] {
+                let l = Layout::for_budget(mb, item);
+                let budget = mb as u64 * 1024 * 1024;
+                assert!(l.total_bytes() <= budget, "{mb} MiB, {item} B: {l:?}");
+                assert!(
+                    l.total_bytes() * 10 >= budget * 9,
+                    "{mb} MiB, {item} B: {l:?}"
+                );
+                let items = l.log_bytes() / item.next_multiple_of(16) as u64;
+                // enough ways for the items the log holds (within rounding to whole segments)
+                assert!(l.ways() * 11 >= items * 10, "{mb} MiB, {item} B: {l:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn struct_sizes_match_the_kernel_layout() {
+        assert_eq!(SET_BYTES, 32 + 32 * WAYS);
+        assert_eq!(SEG_VALUE_BYTES, SEG_BYTES + 2048);
+    }
+}
