@@ -37,9 +37,8 @@ const volatile __u64 settle_max_ns = 60000000000ULL;
 
 /* table_lookup results */
 #define LK_MISS     -1
-#define LK_FULL     -2     /* the item does not fit the datagram after what is already there */
+#define LK_FULL     -2     /* the reply would exceed the caller's limit (scratch.need: how far) */
 #define LK_EXPIRED  -3
-#define LK_TOO_BIG  -4     /* the key is marked: its replies cannot be sent from XDP */
 
 /* memcached exptime -> kernel expiry (ktime ns), one second early because memcached's clock
  * ticks in whole seconds and may run ahead of ours. */
@@ -235,8 +234,9 @@ __noinline int promote(__u64 h, __u32 klen, __u32 old_pos, __u32 src, __u32 len)
 }
 
 /* Appends key k's item to scratch.out at out_off: in `get` form (without the CAS), or with
- * want_cas in `gets` form (only if its CAS is known). Returns the bytes appended, or LK_*. */
-__noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas)
+ * want_cas in `gets` form (only if its CAS is known). Returns the bytes appended, or LK_*;
+ * LK_FULL (nothing copied) if the reply would then be longer than `limit` with "END\r\n" added. */
+__noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, __u32 limit)
 {
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
@@ -263,11 +263,6 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas)
 		struct ink_way *x = &set->way[w];
 		if (x->tag != tag || x->key_len != klen)
 			continue;
-		if (x->flags & WAY_TOO_BIG) {
-			if (now < x->expire_ns)
-				ret = LK_TOO_BIG;
-			break;
-		}
 		if (x->len == 0 || x->filled_ns <= flush)
 			break;
 		if (now >= x->expire_ns) {
@@ -292,8 +287,10 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas)
 	/* get form: the VALUE line without " <cas>", then the data */
 	first = (want_cas || !cas) ? len : hdr - 2 - cas;
 	out_len = (want_cas || !cas) ? len : len - cas;
-	if (out_off + out_len + 5 > UDP_HDR_MC + PAYLOAD_MAX)
+	if (out_off + out_len + 5 > limit || out_off + out_len + 5 > DGRAM_MAX) {
+		s->need = out_off + out_len + 5;
 		return LK_FULL;
+	}
 	head = g->head;
 	p = full_pos(head, pos);
 	segi = seg_index(p, &soff);
@@ -375,35 +372,7 @@ __noinline int table_fill(void)
 	return ok;
 }
 
-/* Leaves a marker for key (h, klen): its replies cannot be sent from XDP on this path, so its
- * gets pass at once and are not remembered. The marker lives max_age (the item may shrink). */
-__noinline int table_mark_too_big(__u64 h, __u32 klen)
-{
-	struct ink_global *g = global_state();
-	struct ink_set *set = set_for(h);
-	__u64 now = bpf_ktime_get_ns(), head;
-	__u32 tag = tag_of(h), w;
-
-	if (!g || !set || klen == 0 || klen > KEY_MAX)
-		return -1;
-	head = g->head;
-	bpf_spin_lock(&set->lock);
-	w = pick_way(set, tag, klen, now, head, g->flush_ns);
-	if (w < WAYS) {
-		struct ink_way *x = &set->way[w];
-		x->tag = tag;
-		x->key_len = klen;
-		x->len = 0;
-		x->cas_len = 0;
-		x->flags = WAY_TOO_BIG;
-		x->filled_ns = now;
-		x->expire_ns = now + max_age_ns;
-	}
-	bpf_spin_unlock(&set->lock);
-	return 0;
-}
-
-/* Drops key (h, klen)'s item or marker, if any (always safe: the server still has it). */
+/* Drops key (h, klen)'s item, if any (always safe: the server still has it). */
 __noinline int table_evict(__u64 h, __u32 klen)
 {
 	struct ink_set *set = set_for(h);

@@ -22,7 +22,7 @@ enum ink_stat {
 	ST_INVALIDATIONS,     /* keys (or the whole cache) invalidated by mutations */
 	ST_PASSED,            /* packets not for us (other traffic, other ports, not a get) */
 	ST_REFUSED,           /* gets from sources outside the allowlist, passed to the server */
-	ST_TOO_BIG,           /* hits whose reply did not fit the frame, passed to the server */
+	ST_TOO_BIG,           /* hits whose reply would exceed one datagram, passed to the server */
 	ST_ERRORS,            /* malformed memcached frames passed untouched, helper failures */
 	ST_FILL_SKIPPED,      /* replies not installed: stale-guarded, gets/CAS, too big, unmatched */
 	ST_INVAL_UNPARSABLE,  /* whole-cache invalidations: segments not parsable with certainty */
@@ -31,6 +31,10 @@ enum ink_stat {
 	ST_INVAL_RESTART,     /* whole-cache invalidations: the server bound or released its port */
 	ST_EXPIRED,           /* hits refused because the item's expiry had passed */
 	ST_PROMOTED,          /* hot items copied to the log head before the log overwrote them */
+	ST_TC_HANDOFFS,       /* hits whose reply did not fit the XDP frame: handed to TC ingress */
+	ST_TC_HITS,           /* requests TC ingress answered (counted in ST_HITS too) */
+	ST_TC_PASSED,         /* handed-off requests TC ingress could not answer, passed to the server */
+	ST_AMP_REFUSED,       /* replies to sources outside the allowlist over --max-amplification */
 	ST_MAX,
 };
 
@@ -51,8 +55,6 @@ enum ink_stat {
 #define SEG_SLACK   2048    /* past the end of a segment: chunked copies never leave the value */
 #define ITEM_CAP    1392    /* largest item stored (ITEM_MAX rounded up to 16) */
 
-#define WAY_TOO_BIG 1       /* a marker, no item: this key's replies cannot be sent from XDP */
-
 struct ink_way {
 	__u32 tag;             /* low 32 bits of the key hash, never 0; 0 = empty */
 	__u32 pos;             /* arena position of the item, 16-byte units (low 32 bits) */
@@ -62,7 +64,7 @@ struct ink_way {
 	__u16 hdr_len;         /* bytes of the VALUE line, "\r\n" included */
 	__u8 key_len;
 	__u8 cas_len;          /* bytes of " <cas>" at the end of the VALUE line; 0: no CAS known */
-	__u8 flags;            /* WAY_TOO_BIG */
+	__u8 flags;            /* none defined yet */
 	__u8 pad;
 };
 

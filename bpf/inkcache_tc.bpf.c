@@ -70,12 +70,6 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 		return item_len;
 	}
 	h = key_hash(kpos, klen);
-	/* growth from the smallest request for this key ("get <key>\r\n") to its reply */
-	if (g->grow_fail_min && item_len - cas + 5 >= klen + 6 + g->grow_fail_min) {
-		table_mark_too_big(h, klen);
-		stat_inc(ST_FILL_SKIPPED);
-		return item_len;
-	}
 	now = bpf_ktime_get_ns();
 	/* expiry: learned from the last mutation of this key, else bounded by max_age */
 	hint = bpf_map_lookup_elem(&ttl_hints, &h);

@@ -12,42 +12,9 @@
 #include "maps.h"
 #include "proto.h"
 #include "cache.h"
+#include "reply.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-/* Splits "get <key>[ <key>...]\r\n" or "gets ..." (the keys starting at `pos`) into keys. Returns
- * the number of keys, or -1 if the request is not in the canonical form the kernel answers (such
- * requests pass to the server, which has the last word on them). */
-__noinline int parse_get_keys(__u32 pos, __u32 len)
-{
-	struct scratch *s = get_scratch();
-	__u32 n = 0;
-
-	if (!s || len < 7 || len > PAYLOAD_MAX)
-		return -1;
-	if (BUF(s, len - 2) != '\r' || BUF(s, len - 1) != '\n')
-		return -1;
-	for (__u32 k = 0; k < MAX_GET_KEYS + 1; k++) {
-		int end = scan_token(pos, len - 2);
-		__u32 klen;
-		if (end < 0)
-			return -1;
-		klen = (__u32)end - pos;
-		if (klen == 0 || klen > KEY_MAX || s->dirty)
-			return -1;
-		if (n >= MAX_GET_KEYS)
-			return -1; /* too many keys for the kernel: the server answers */
-		s->koff[n & 31] = pos;
-		s->klen[n & 31] = klen;
-		n++;
-		if ((__u32)end == len - 2)
-			return n;
-		if (BUF(s, end) != ' ')
-			return -1; /* a bare '\r' or '\n' inside the line */
-		pos = end + 1;
-	}
-	return -1;
-}
 
 /* Kernel expiry for the exptime token at buf[start, end); unknown if it does not parse. */
 static __always_inline __u64 exp_from_token(__u32 start, __u32 end)
@@ -108,15 +75,6 @@ static __always_inline void flush_command(__u32 tend, int eol)
 	}
 	if (until > g->fill_block_until)
 		g->fill_block_until = until;
-}
-
-/* Drops key k's item from the cache (always safe: the server still has it). */
-static __always_inline void evict_key(struct scratch *s, __u32 k)
-{
-	__u32 klen = s->klen[k & 31];
-
-	if (klen && klen <= KEY_MAX)
-		table_evict(key_hash(s->koff[k & 31], klen), klen);
 }
 
 /* Walks the commands of a request segment (TCP or UDP) and invalidates every key a command may
@@ -244,38 +202,61 @@ unsure:
 	return 1;
 }
 
-static __always_inline void remember_request(struct pkt *p, __u16 req_id)
-{
-	struct ink_req_key k = {};
-	struct ink_req_val v = { .ts_ns = bpf_ktime_get_ns() };
+/* What XDP learned of each interface's frames (per CPU, slot ifindex % 64): the smallest growth
+ * a frame could not take. A reply needing as much goes to TC ingress without being composed here
+ * first. Forgotten after a second, so one odd frame cannot send replies the slow way for long. */
+struct xdp_room {
+	__u32 ifindex;
+	__u32 fail_min;        /* smallest growth that failed */
+	__u64 until_ns;        /* valid until */
+};
 
-	__builtin_memcpy(k.addr, p->saddr, 16);
-	k.port = p->sport;
-	k.req_id = req_id;
-	bpf_map_update_elem(&pending, &k, &v, BPF_ANY);
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct xdp_room);
+	__uint(max_entries, 64);
+} xdp_room SEC(".maps");
+
+#define ROOM_RELEARN_NS 1000000000ULL
+
+/* The longest reply (UDP payload) the frame is known to take, or DGRAM_MAX if nothing is known. */
+static __always_inline __u32 frame_room(struct xdp_md *ctx, struct pkt *p, __u64 now)
+{
+	__u32 slot = ctx->ingress_ifindex & 63, frame_len;
+	struct xdp_room *r = bpf_map_lookup_elem(&xdp_room, &slot);
+
+	if (!r || r->ifindex != ctx->ingress_ifindex || now >= r->until_ns || !r->fail_min)
+		return DGRAM_MAX;
+	frame_len = (void *)(long)ctx->data_end - (void *)(long)ctx->data;
+	barrier_var(frame_len); /* else clang adds to pkt_end, which the verifier refuses */
+	/* a reply of out_len bytes grows the frame by payload_off + out_len - frame_len */
+	if (frame_len + r->fail_min - 1 < p->payload_off)
+		return 0;
+	return frame_len + r->fail_min - 1 - p->payload_off;
 }
 
-static __always_inline int allowed(struct pkt *p)
+static __always_inline void learn_room(struct xdp_md *ctx, __u32 delta, __u64 now)
 {
-	struct ink_lpm_key k = { .prefixlen = 128 };
+	__u32 slot = ctx->ingress_ifindex & 63;
+	struct xdp_room *r = bpf_map_lookup_elem(&xdp_room, &slot);
 
-	__builtin_memcpy(k.addr, p->saddr, 16);
-	return bpf_map_lookup_elem(&allow, &k) != NULL;
+	if (!r)
+		return;
+	if (r->ifindex == ctx->ingress_ifindex && now < r->until_ns) {
+		if (delta < r->fail_min)
+			r->fail_min = delta;
+		return;
+	}
+	r->ifindex = ctx->ingress_ifindex;
+	r->fail_min = delta;
+	r->until_ns = now + ROOM_RELEARN_NS;
 }
 
-/* Remembers the smallest growth the frame could not take, so that fills stop caching items whose
- * replies XDP cannot send (their hits would only cost a copy and pass to the server anyway). */
-static __always_inline void note_grow_failure(int delta)
-{
-	struct ink_global *g = global_state();
-
-	if (g && delta > 0 && (g->grow_fail_min == 0 || (__u32)delta < g->grow_fail_min))
-		g->grow_fail_min = delta;
-}
-
-/* Turns the request frame into the reply held in scratch.out[0, out_len) (frame header included)
- * and swaps the addresses. Returns 0, or -1 if the frame cannot take the reply (the packet is then
- * unchanged). */
+/* Turns the request frame into the reply held in scratch.out[0, out_len) (frame header included),
+ * growing it at the tail or, where the driver leaves no tailroom (veth, generic XDP), at the head
+ * with the headers moved forward. Returns 0; or, if the frame cannot take the reply (the packet is
+ * then unchanged), the growth it needed (> 0), or -1 for other failures. */
 static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, struct pkt *p,
 				       __u32 out_len)
 {
@@ -284,22 +265,20 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 	__u32 frame_len = data_end - data;
 	__u32 new_len = mc_off + out_len;
 	int delta = (int)new_len - (int)frame_len;
-	__u32 ulen = 8 + out_len, sum = 0;
+	__u32 pseudo, udp_sum;
+	int ck_off;
 
 	if (mc_off < 42 || mc_off > 120 || out_len > DGRAM_MAX || out_len < UDP_HDR_MC)
 		return -1;
 	if (delta != 0 && bpf_xdp_adjust_tail(ctx, delta) != 0) {
-		/* No tailroom (veth, generic XDP): grow at the head and move the headers forward. */
-		if (delta < 0 || delta > 512) {
-			note_grow_failure(delta);
+		if (delta < 0)
 			return -1;
-		}
+		if (delta > 512)
+			return delta;
 		if (bpf_xdp_load_bytes(ctx, 0, s->hdr, mc_off))
 			return -1;
-		if (bpf_xdp_adjust_head(ctx, -delta)) {
-			note_grow_failure(delta);
-			return -1;
-		}
+		if (bpf_xdp_adjust_head(ctx, -delta))
+			return delta;
 		if (bpf_xdp_store_bytes(ctx, 0, s->hdr, mc_off))
 			return -1; /* cannot happen: the head just grew by delta */
 	}
@@ -309,131 +288,78 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 	if (bpf_xdp_store_bytes(ctx, mc_off, s->out, n))
 		return -1;
 
-	/* UDP checksum over frame header + items; zero-pad to a multiple of 4 for bpf_csum_diff. */
-	__builtin_memset(&s->out[out_len & 2047], 0, 4);
-	for (__u32 c = 0; c < 3; c++) {
-		__u32 o = c * 512, n;
-		if (o >= out_len)
-			break;
-		n = out_len - o;
-		if (n > 512)
-			n = 512;
-		n = (n + 3) & ~3U;
-		barrier_var(n);
-		n &= 1023;
-		sum = csum_add(sum, (__u32)bpf_csum_diff(NULL, 0, (void *)&s->out[o], n, 0));
-	}
-
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > data_end)
+	ck_off = reply_headers(data, data_end, p, out_len, &pseudo, &udp_sum);
+	if (ck_off < 0)
 		return -1;
-	__u8 mac[ETH_ALEN];
-	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
-
-	struct udphdr *udp;
-	if (!p->ipv6) {
-		struct iphdr *ip = data + (p->l3_off & 63);
-		if ((void *)(ip + 1) > data_end)
-			return -1;
-		__be32 a = ip->saddr;
-		ip->saddr = ip->daddr;
-		ip->daddr = a;
-		ip->tot_len = bpf_htons(sizeof(*ip) + ulen);
-		ip->ttl = 64;
-		ip->check = 0;
-		ip->check = csum_fold(csum_words((__u16 *)ip, sizeof(*ip) / 2));
-		sum = csum_add(sum, csum_words((__u16 *)&ip->saddr, 4));
-		udp = (void *)(ip + 1);
-	} else {
-		struct ipv6hdr *ip6 = data + (p->l3_off & 63);
-		if ((void *)(ip6 + 1) > data_end)
-			return -1;
-		struct in6_addr a = ip6->saddr;
-		ip6->saddr = ip6->daddr;
-		ip6->daddr = a;
-		ip6->payload_len = bpf_htons(ulen);
-		ip6->hop_limit = 64;
-		sum = csum_add(sum, csum_words((__u16 *)&ip6->saddr, 16));
-		udp = (void *)(ip6 + 1);
-	}
-	if ((void *)(udp + 1) > data_end)
+	__u16 *ck = data + (ck_off & 127);
+	if ((void *)(ck + 1) > data_end)
 		return -1;
-	__be16 port = udp->source;
-	udp->source = udp->dest;
-	udp->dest = port;
-	udp->len = bpf_htons(ulen);
-	udp->check = 0;
-	/* pseudo header protocol + length, then the UDP header itself */
-	sum = csum_add(sum, bpf_htons(IPPROTO_UDP) + udp->len);
-	sum = csum_add(sum, csum_words((__u16 *)udp, 4));
-	__u16 ck = csum_fold(sum);
-	udp->check = ck ? ck : 0xffff;
+	__u16 c = csum_fold(csum_add(csum_add(pseudo, udp_sum), reply_payload_sum(s, out_len)));
+	*ck = c ? c : 0xffff;
 	return 0;
+}
+
+/* Hands the request to the TC ingress program, which builds the reply in the skb: marks it in the
+ * XDP metadata and passes it. */
+static __always_inline int hand_to_tc(struct xdp_md *ctx, struct pkt *p, __u16 req_id)
+{
+	void *data, *meta;
+	__u32 *mark;
+
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u32)))
+		goto fail; /* the driver has no metadata: the server answers */
+	data = (void *)(long)ctx->data;
+	meta = (void *)(long)ctx->data_meta;
+	mark = meta;
+	if ((void *)(mark + 1) > data)
+		goto fail;
+	*mark = INK_META_MAGIC;
+	stat_inc(ST_TC_HANDOFFS);
+	return XDP_PASS;
+fail:
+	stat_inc(ST_ERRORS);
+	remember_request(p, req_id);
+	return XDP_PASS;
 }
 
 static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, struct pkt *p,
 				      __u32 plen, __u16 req_id, __u32 want_cas)
 {
-	int n = parse_get_keys(want_cas ? 5 : 4, plen);
-	__u32 out = UDP_HDR_MC;
+	int n = parse_get_keys(want_cas ? 5 : 4, plen), out, r;
+	__u64 now = bpf_ktime_get_ns(); /* one clock read for every key of the request */
+	__u32 bound, limit;
 
-	if (n <= 0) {
+	if (n <= 0 || p->ip_opts) {
 		stat_inc(ST_PASSED); /* not in the form the kernel answers: the server decides */
+		if (n > 0)
+			remember_request(p, req_id);
 		return XDP_PASS;
 	}
-	if (!allowed(p)) {
+	bound = reply_bound(p);
+	if (bound == 0) {
 		stat_inc(ST_REFUSED);
 		remember_request(p, req_id);
 		return XDP_PASS;
 	}
-	__u64 now = bpf_ktime_get_ns(); /* one clock read for every key of the request */
-
-	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
-		int r;
-		if (k >= (__u32)n)
-			break;
-		r = table_lookup(k, out, now, want_cas);
-		if (r == LK_TOO_BIG) {
-			stat_inc(ST_TOO_BIG);
-			if (n == 1)
-				return XDP_PASS; /* its reply would not be stored: don't remember it */
-			remember_request(p, req_id); /* the other keys may still fill */
-			return XDP_PASS;
-		}
-		if (r < 0) {
-			if (r == LK_EXPIRED)
-				stat_inc(ST_EXPIRED);
-			stat_inc(r == LK_FULL ? ST_TOO_BIG : ST_MISSES);
+	limit = frame_room(ctx, p, now);
+	out = compose_reply(n, req_id, want_cas, limit < bound ? limit : bound, now);
+	if (out < 0) {
+		if (count_unanswerable(s, out, bound)) {
 			remember_request(p, req_id);
 			return XDP_PASS;
 		}
-		out += r;
+		return hand_to_tc(ctx, p, req_id); /* known not to fit: not even composed */
 	}
-	if (out + 5 > UDP_HDR_MC + PAYLOAD_MAX) {
-		stat_inc(ST_TOO_BIG);
-		remember_request(p, req_id);
-		return XDP_PASS;
+	r = build_reply(ctx, s, p, out);
+	if (r == 0) {
+		stat_inc(ST_HITS);
+		return XDP_TX;
 	}
-	__builtin_memcpy(&s->out[out & 2047], "END\r\n", 5);
-	out += 5;
-	/* frame header: request id echoed, sequence 0, one datagram, reserved 0 */
-	__builtin_memcpy(&s->out[0], &req_id, 2);
-	__u16 hdr[3] = { 0, bpf_htons(1), 0 };
-	__builtin_memcpy(&s->out[2], hdr, 6);
-
-	if (p->ip_opts || build_reply(ctx, s, p, out) != 0) {
-		stat_inc(ST_TOO_BIG);
-		if (n == 1)
-			evict_key(s, 0); /* its reply never fits this frame: free the way */
-		remember_request(p, req_id);
-		return XDP_PASS;
-	}
-	stat_inc(ST_HITS);
-	return XDP_TX;
+	if (r > 0)
+		learn_room(ctx, r, now);
+	return hand_to_tc(ctx, p, req_id);
 }
 
 SEC("xdp")

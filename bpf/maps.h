@@ -15,8 +15,8 @@ struct ink_global {
 	__u64 fill_block_until; /* flush_all <delay>: no fills until the delayed flush has happened */
 	__s64 realtime_off_ns;  /* CLOCK_REALTIME - CLOCK_MONOTONIC, set at attach (absolute exptimes) */
 	__u32 hint_overflow;    /* ttl_hints was full once: keys without a hint are not cached */
-	__u32 grow_fail_min;    /* smallest frame growth XDP failed to get (0: none yet); items that
-				 * would need as much are not cached, since XDP could never send them */
+	__u32 pad2;             /* was grow_fail_min: replies XDP has no room for are now answered
+				 * by TC ingress (XDP learns each interface's room: xdp_room) */
 	__u32 gen;              /* server generation: a restart voids every set's open count */
 	__u32 pad0;
 	__u64 pad1[4];          /* keep the arena head (written by every fill) off this cache line */

@@ -35,7 +35,7 @@ struct scratch {
 	__u16 koff[32];
 	__u16 klen[32];
 	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
-	__u32 pad;
+	__u32 need;                  /* reply length a lookup would have reached (LK_FULL) */
 	struct fill_args fa;
 };
 

@@ -2,7 +2,9 @@
 """Sends a memcached UDP get inside one or two VLAN tags on a raw socket and prints the reply.
 
 usage: vlan_get.py IFACE DST_MAC SRC_IP DST_IP KEY TAG[,TAG]
-Prints one JSON object: {"payload": <UDP payload as latin-1>, "vlan_tags": [outer.., inner]}.
+Prints one JSON object: {"payload": <UDP payload as latin-1>, "vlan_tags": [outer.., inner],
+"udp_csum_ok": <the reply's UDP checksum verifies>}. The request carries no UDP checksum, so the
+reply must carry a complete one.
 The kernel cache must answer it: the server's stack has no VLAN device and would drop the frame.
 """
 import json, socket, struct, sys, time
@@ -56,7 +58,7 @@ while time.time() < deadline:
     ihl = (iph[0] & 15) * 4
     if iph[9] != 17:
         continue
-    u = iph[ihl:]
+    u = iph[ihl:struct.unpack("!H", iph[2:4])[0]]
     sp, dp = struct.unpack("!HH", u[:4])
     if sp != 11211 or dp != sport:
         continue
@@ -69,5 +71,7 @@ while time.time() < deadline:
     for o in range(12, off, 4):
         out["vlan_tags"].append(struct.unpack("!H", data[o + 2:o + 4])[0] & 0xFFF)
     out["payload"] = u[8:].decode("latin-1")
+    pseudo = iph[12:20] + struct.pack("!HH", 17, len(u))
+    out["udp_csum_ok"] = csum(pseudo + u) == 0
     break
 print(json.dumps(out))

@@ -9,8 +9,9 @@ use anyhow::{Context, Result};
 use ipnet::IpNet;
 use libbpf_rs::{
     libbpf_sys,
-    skel::{OpenSkel, SkelBuilder},
-    MapCore, MapFlags, Program, TcHookBuilder, Xdp, XdpFlags, TC_EGRESS,
+    skel::{OpenSkel, Skel, SkelBuilder},
+    MapCore, MapFlags, Object, OpenObject, Program, TcHookBuilder, Xdp, XdpFlags, TC_EGRESS,
+    TC_INGRESS,
 };
 
 use crate::{
@@ -19,7 +20,7 @@ use crate::{
     sys, Error, Layout,
 };
 
-/// TC filter handle and priority of the egress program (what detach looks for).
+/// TC filter handle and priority of the egress and the ingress program (what detach looks for).
 pub const TC_HANDLE: u32 = 0x1c4c;
 pub const TC_PRIORITY: u32 = 0x1c4c;
 
@@ -49,6 +50,9 @@ pub struct AttachOpts {
     pub quarantine_ms: u64,
     /// Keys whose expiry the kernel remembers (bounds the `ttl_hints` map).
     pub ttl_hints: u32,
+    /// Sources outside `allow` are answered by the kernel only with replies at most this many
+    /// times the request (UDP payloads); 0: never.
+    pub max_amplification: u32,
     /// Debug only: never invalidate (lets the consistency checker prove it can fail).
     pub debug_no_invalidation: bool,
 }
@@ -66,6 +70,7 @@ impl Default for AttachOpts {
             pending_entries: 65536,
             quarantine_ms: 1000,
             ttl_hints: 262144,
+            max_amplification: 0,
             debug_no_invalidation: false,
         }
     }
@@ -111,6 +116,28 @@ pub fn check_kernel() -> Result<()> {
             libbpf_sys::BPF_FUNC_spin_lock,
             "bpf_spin_lock in TC (Linux 5.1+)",
         ),
+        (
+            xdp,
+            libbpf_sys::BPF_FUNC_xdp_adjust_meta,
+            "bpf_xdp_adjust_meta (Linux 4.15+)",
+        ),
+        (
+            tc,
+            libbpf_sys::BPF_FUNC_skb_change_tail,
+            "bpf_skb_change_tail in TC (Linux 4.9+)",
+        ),
+        (
+            tc,
+            libbpf_sys::BPF_FUNC_skb_store_bytes,
+            "bpf_skb_store_bytes in TC",
+        ),
+        (
+            tc,
+            libbpf_sys::BPF_FUNC_l4_csum_replace,
+            "bpf_l4_csum_replace in TC",
+        ),
+        (tc, libbpf_sys::BPF_FUNC_csum_diff, "bpf_csum_diff in TC"),
+        (tc, libbpf_sys::BPF_FUNC_redirect, "bpf_redirect in TC"),
     ];
     for (ty, helper, what) in needs {
         if !probe_helper(ty, helper) {
@@ -186,12 +213,24 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
             ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
         }};
     }
+    // The constants of bpf/reply.h, which the XDP and TC ingress objects both compile.
+    macro_rules! set_reply_rodata {
+        ($open:ident, $what:literal) => {{
+            let ro = $open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .context(concat!($what, " object has no rodata"))?;
+            ro.max_amplification = opts.max_amplification;
+        }};
+    }
 
     let mut xobj = MaybeUninit::uninit();
     let mut xopen = skel::xdp::InkcacheXdpSkelBuilder::default()
         .open(&mut xobj)
         .context("opening the XDP object")?;
     set_cache_rodata!(xopen, "XDP");
+    set_reply_rodata!(xopen, "XDP");
     xopen.maps.sets.set_max_entries(layout.sets)?;
     xopen.maps.arena.set_max_entries(layout.segs)?;
     xopen
@@ -222,6 +261,15 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         t.meta.reuse_fd(x.meta.as_fd())?;
     }
     let tskel = topen.load().map_err(|e| load_err("TC", e))?;
+
+    let mut iobj = MaybeUninit::uninit();
+    let mut iopen = skel::tc_ingress::InkcacheTcIngressSkelBuilder::default()
+        .open(&mut iobj)
+        .context("opening the TC ingress object")?;
+    set_cache_rodata!(iopen, "TC ingress");
+    set_reply_rodata!(iopen, "TC ingress");
+    share_maps(xskel.object(), iopen.open_object_mut())?;
+    let iskel = iopen.load().map_err(|e| load_err("TC ingress", e))?;
 
     let mut sobj = MaybeUninit::uninit();
     let mut sopen = skel::sock::InkcacheSockSkelBuilder::default()
@@ -310,7 +358,12 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     let group: Vec<String> = targets.iter().map(|t| t.iface.clone()).collect();
     let mut done: Vec<AttachInfo> = Vec::new();
     for t in &targets {
-        let r = attach_one(opts, t, &xskel, &tskel, &cg_links, layout, &allow, &group);
+        let progs = Progs {
+            xdp: &xskel.progs.inkcache_xdp,
+            tc_egress: &tskel.progs.inkcache_tc_egress,
+            tc_ingress: &iskel.progs.inkcache_tc_ingress,
+        };
+        let r = attach_one(opts, t, &xskel, &progs, &cg_links, layout, &allow, &group);
         match r {
             Ok(info) => done.push(info),
             Err(e) => {
@@ -323,6 +376,23 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         }
     }
     Ok(done)
+}
+
+/// Hands `to` every map of `from` it also defines (same name), so that both objects work on one
+/// cache; the per-CPU scratch buffer and the constants stay each object's own.
+fn share_maps(from: &Object, to: &mut OpenObject) -> Result<()> {
+    for mut m in to.maps_mut() {
+        let name = m.name().to_string_lossy().into_owned();
+        if name.contains('.') || name == "scratch" {
+            continue;
+        }
+        let src = from
+            .maps()
+            .find(|x| x.name().to_string_lossy() == name)
+            .with_context(|| format!("the XDP object has no map {name}"))?;
+        m.reuse_fd(src.as_fd())?;
+    }
+    Ok(())
 }
 
 fn lpm_key(net: &IpNet) -> Vec<u8> {
@@ -369,31 +439,60 @@ fn xdp_attach(prog: &Program<'_>, t: &Target, mode: XdpMode) -> Result<&'static 
     }
 }
 
+/// The programs attached to each interface.
+struct Progs<'a, 'obj> {
+    xdp: &'a Program<'obj>,
+    tc_egress: &'a Program<'obj>,
+    tc_ingress: &'a Program<'obj>,
+}
+
+/// Our clsact filter (fixed handle and priority) on one interface's ingress or egress.
+fn tc_hook(
+    fd: std::os::fd::BorrowedFd<'_>,
+    ifindex: u32,
+    handle: u32,
+    priority: u32,
+    at: libbpf_rs::TcAttachPoint,
+) -> libbpf_rs::TcHook {
+    TcHookBuilder::new(fd)
+        .ifindex(ifindex as i32)
+        .replace(false)
+        .handle(handle)
+        .priority(priority)
+        .hook(at)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn attach_one(
     opts: &AttachOpts,
     t: &Target,
     xskel: &skel::xdp::InkcacheXdpSkel<'_>,
-    tskel: &skel::tc::InkcacheTcSkel<'_>,
+    progs: &Progs<'_, '_>,
     cg_links: &[(&str, libbpf_rs::Link)],
     layout: Layout,
     allow: &[IpNet],
     group: &[String],
 ) -> Result<AttachInfo> {
-    let xprog = &xskel.progs.inkcache_xdp;
-    let tprog = &tskel.progs.inkcache_tc_egress;
-    let mode = xdp_attach(xprog, t, opts.xdp_mode)?;
-
-    let mut hook = TcHookBuilder::new(tprog.as_fd())
-        .ifindex(t.ifindex as i32)
-        .replace(false)
-        .handle(TC_HANDLE)
-        .priority(TC_PRIORITY)
-        .hook(TC_EGRESS);
-    hook.create()
+    let (xprog, tprog, iprog) = (progs.xdp, progs.tc_egress, progs.tc_ingress);
+    // TC ingress first: it only answers what XDP hands over, so it must be there when XDP starts.
+    let mut ingress = tc_hook(iprog.as_fd(), t.ifindex, TC_HANDLE, TC_PRIORITY, TC_INGRESS);
+    ingress
+        .create()
         .with_context(|| format!("{}: creating the clsact qdisc", t.iface))?;
-    if let Err(e) = hook.attach() {
+    ingress
+        .attach()
+        .map_err(|e| anyhow::anyhow!("{}: attaching the TC ingress program: {e}", t.iface))?;
+    let mode = match xdp_attach(xprog, t, opts.xdp_mode) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = ingress.detach();
+            return Err(e);
+        }
+    };
+    let mut egress = tc_hook(tprog.as_fd(), t.ifindex, TC_HANDLE, TC_PRIORITY, TC_EGRESS);
+    if let Err(e) = egress.attach() {
         let _ = Xdp::new(xprog.as_fd()).detach(t.ifindex as i32, XdpFlags::NONE);
+        let _ = ingress.detach();
         return Err(anyhow::anyhow!(
             "{}: attaching the TC egress program: {e}",
             t.iface
@@ -407,10 +506,12 @@ fn attach_one(
         xdp_mode: mode.into(),
         xdp_prog_id: Program::id_from_fd(xprog.as_fd())?,
         tc_prog_id: Program::id_from_fd(tprog.as_fd())?,
+        tc_ingress_prog_id: Program::id_from_fd(iprog.as_fd())?,
         tc_handle: TC_HANDLE,
         tc_priority: TC_PRIORITY,
         ports: opts.ports.clone(),
         allow: allow.iter().map(|n| n.to_string()).collect(),
+        max_amplification: opts.max_amplification,
         cache_mb: opts.cache_mb,
         item_bytes: opts.item_bytes,
         layout,
@@ -441,10 +542,13 @@ fn attach_one(
         }
         pin_fd(xprog.as_fd(), &t.dir.join("xdp"))?;
         pin_fd(tprog.as_fd(), &t.dir.join("tc_egress"))?;
+        pin_fd(iprog.as_fd(), &t.dir.join("tc_ingress"))?;
         pins::write_info(&m.meta, &info)
     };
     if let Err(e) = pin() {
         let _ = detach_info(&info, &t.dir);
+        // the pins did not all make it: detach_info cannot find what it has no pin for
+        let _ = ingress.detach();
         return Err(e);
     }
     Ok(info)
@@ -515,15 +619,24 @@ fn detach_info(info: &AttachInfo, dir: &std::path::Path) -> Result<()> {
                 }
             }
         }
-        if let Ok(fd) = Program::fd_from_pinned_path(dir.join("tc_egress")) {
-            let mut hook = TcHookBuilder::new(fd.as_fd())
-                .ifindex(ifindex)
-                .handle(info.tc_handle)
-                .priority(info.tc_priority)
-                .hook(TC_EGRESS);
-            if hook.query().ok() == Some(info.tc_prog_id) {
+        for (pin, prog_id, at, what) in [
+            ("tc_egress", info.tc_prog_id, TC_EGRESS, "egress"),
+            ("tc_ingress", info.tc_ingress_prog_id, TC_INGRESS, "ingress"),
+        ] {
+            let Ok(fd) = Program::fd_from_pinned_path(dir.join(pin)) else {
+                continue;
+            };
+            let mut hook = tc_hook(
+                fd.as_fd(),
+                info.ifindex,
+                info.tc_handle,
+                info.tc_priority,
+                at,
+            );
+            // only if the filter there is still ours
+            if prog_id != 0 && hook.query().ok() == Some(prog_id) {
                 hook.detach()
-                    .with_context(|| format!("{}: detaching the TC program", info.iface))?;
+                    .with_context(|| format!("{}: detaching the TC {what} program", info.iface))?;
             }
         }
     }

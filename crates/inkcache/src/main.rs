@@ -57,6 +57,10 @@ enum Cmd {
         /// Keys whose expiry (learned from mutations) the kernel remembers.
         #[arg(long, default_value_t = 262144)]
         ttl_hints: u32,
+        /// Sources outside --allow are answered by the kernel too, but only with replies at most
+        /// N times the size of their request (UDP payloads); 0: never (they reach the server).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        max_amplification: u32,
         /// Debug: never invalidate (for proving the consistency checker can fail).
         #[arg(long, hide = true)]
         debug_no_invalidation: bool,
@@ -154,6 +158,7 @@ fn run(cli: Cli) -> Result<()> {
             pending,
             quarantine_ms,
             ttl_hints,
+            max_amplification,
             debug_no_invalidation,
         } => {
             let opts = AttachOpts {
@@ -167,6 +172,7 @@ fn run(cli: Cli) -> Result<()> {
                 pending_entries: pending,
                 quarantine_ms,
                 ttl_hints,
+                max_amplification,
                 debug_no_invalidation,
             };
             for info in inkcache::attach(&opts)? {
@@ -214,6 +220,10 @@ struct StatusRow {
     pin_dir: String,
     /// Whether the XDP program recorded at attach is still the one on the interface.
     xdp_attached: bool,
+    /// Whether the TC filters recorded at attach are still ours (egress fills, ingress answers
+    /// what XDP has no room for).
+    tc_egress_attached: bool,
+    tc_ingress_attached: bool,
     /// Map memory of the cache (index and log).
     cache_bytes: u64,
     #[serde(flatten)]
@@ -291,8 +301,29 @@ fn status(json: bool) -> Result<()> {
         } else {
             false
         };
+        let tc_attached = |pin: &str, at, prog_id: u32| -> bool {
+            if prog_id == 0 || sys::ifindex(&info.iface).ok() != Some(info.ifindex) {
+                return false;
+            }
+            let Ok(fd) = libbpf_rs::Program::fd_from_pinned_path(dir.join(pin)) else {
+                return false;
+            };
+            libbpf_rs::TcHookBuilder::new(std::os::fd::AsFd::as_fd(&fd))
+                .ifindex(info.ifindex as i32)
+                .handle(info.tc_handle)
+                .priority(info.tc_priority)
+                .hook(at)
+                .query()
+                .ok()
+                == Some(prog_id)
+        };
+        let tc_egress_attached = tc_attached("tc_egress", libbpf_rs::TC_EGRESS, info.tc_prog_id);
+        let tc_ingress_attached =
+            tc_attached("tc_ingress", libbpf_rs::TC_INGRESS, info.tc_ingress_prog_id);
         let total = info.layout.total_bytes();
         rows.push(StatusRow {
+            tc_egress_attached,
+            tc_ingress_attached,
             cache_bytes: total,
             fill: fill(&dir, total, info.layout.log_bytes() / 16).unwrap_or_default(),
             pin_dir: dir.display().to_string(),
@@ -319,12 +350,25 @@ fn status(json: bool) -> Result<()> {
                 ", XDP NOT ATTACHED"
             }
         );
+        let missing = |ok: bool| if ok { "" } else { " (NOT ATTACHED)" };
         println!(
-            "  mode        {} XDP, TC egress filter {:#x}/{:#x}",
-            i.xdp_mode, i.tc_handle, i.tc_priority
+            "  mode        {} XDP, TC filters {:#x}/{:#x}: egress{}, ingress{}",
+            i.xdp_mode,
+            i.tc_handle,
+            i.tc_priority,
+            missing(r.tc_egress_attached),
+            missing(r.tc_ingress_attached),
         );
         println!("  ports       {:?}", i.ports);
         println!("  allow       {}", i.allow.join(", "));
+        if i.max_amplification > 0 {
+            println!(
+                "  others      answered if the reply is at most {}x the request",
+                i.max_amplification
+            );
+        } else {
+            println!("  others      never answered by the kernel");
+        }
         let l = &i.layout;
         println!(
             "  cache       {:.1} MiB: index {} sets x {} ways ({:.1} MiB), log {} x 64 KiB (sized for {}-byte items; items up to {} bytes)",

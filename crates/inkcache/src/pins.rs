@@ -22,7 +22,7 @@ pub const MAPS: &[&str] = &[
     "global",
     "meta",
 ];
-pub const PROGS: &[&str] = &["xdp", "tc_egress"];
+pub const PROGS: &[&str] = &["xdp", "tc_egress", "tc_ingress"];
 
 /// What `attach` did to one interface; stored as JSON in the pinned `meta` map.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -34,11 +34,20 @@ pub struct AttachInfo {
     /// "native" or "generic".
     pub xdp_mode: String,
     pub xdp_prog_id: u32,
+    /// The TC egress program (fills the cache from replies).
     pub tc_prog_id: u32,
+    /// The TC ingress program (answers what XDP had no room for); 0 in records from before it.
+    #[serde(default)]
+    pub tc_ingress_prog_id: u32,
+    /// Handle and priority of both TC filters (clsact egress and ingress).
     pub tc_handle: u32,
     pub tc_priority: u32,
     pub ports: Vec<u16>,
     pub allow: Vec<String>,
+    /// Sources outside `allow` get kernel replies of at most this many times their request (0:
+    /// none).
+    #[serde(default)]
+    pub max_amplification: u32,
     pub cache_mb: u32,
     /// Expected average item size the split of `cache_mb` was made for.
     pub item_bytes: u32,

@@ -7,6 +7,9 @@ pub mod xdp {
 pub mod tc {
     include!(concat!(env!("OUT_DIR"), "/inkcache_tc.skel.rs"));
 }
+pub mod tc_ingress {
+    include!(concat!(env!("OUT_DIR"), "/inkcache_tc_ingress.skel.rs"));
+}
 pub mod sock {
     include!(concat!(env!("OUT_DIR"), "/inkcache_sock.skel.rs"));
 }

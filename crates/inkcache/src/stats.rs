@@ -42,7 +42,7 @@ counters! {
     passed,
     /// Gets from sources outside the allowlist, passed to the server.
     refused,
-    /// Hits whose reply did not fit the frame, passed to the server.
+    /// Hits whose reply would need more than one datagram, passed to the server.
     too_big,
     /// Malformed memcached frames passed untouched, and helper failures.
     errors,
@@ -58,6 +58,18 @@ counters! {
     inval_restart,
     /// Hits refused because the item had expired.
     expired,
+    /// Hot items copied to the log head before the log overwrote them.
+    promoted,
+    /// Hits whose reply did not fit the XDP frame, handed to the TC ingress program.
+    tc_handoffs,
+    /// Requests the TC ingress program answered (counted in `hits` too).
+    tc_hits,
+    /// Handed-off requests the TC ingress program could not answer (a key went meanwhile, the skb
+    /// could not grow), passed to the server.
+    tc_passed,
+    /// Replies to sources outside the allowlist larger than `--max-amplification` times the
+    /// request, passed to the server.
+    amp_refused,
 }
 
 impl Stats {

@@ -339,19 +339,21 @@ fn detach_leaves_nothing_behind() {
         !String::from_utf8_lossy(&link.stdout).contains("prog/xdp"),
         "XDP must go"
     );
-    let tc = testkit::sh(rig.pair.server.cmd("tc").args([
-        "filter",
-        "show",
-        "dev",
-        &rig.pair.srv_if,
-        "egress",
-    ]))
-    .unwrap();
-    assert!(
-        String::from_utf8_lossy(&tc.stdout).trim().is_empty(),
-        "TC filter must go: {:?}",
-        String::from_utf8_lossy(&tc.stdout)
-    );
+    for dir in ["egress", "ingress"] {
+        let tc = testkit::sh(rig.pair.server.cmd("tc").args([
+            "filter",
+            "show",
+            "dev",
+            &rig.pair.srv_if,
+            dir,
+        ]))
+        .unwrap();
+        assert!(
+            String::from_utf8_lossy(&tc.stdout).trim().is_empty(),
+            "TC {dir} filter must go: {:?}",
+            String::from_utf8_lossy(&tc.stdout)
+        );
+    }
     let mc = rig.mc_stat("get_hits");
     assert_eq!(values(&rig.udp_get(3, b"get d\r\n").unwrap())[0].2, b"x");
     assert_eq!(rig.mc_stat("get_hits"), mc + 1);
@@ -505,6 +507,9 @@ fn status_reports_attachment() {
         .find(|r| r["iface"] == rig.pair.srv_if.as_str())
         .expect("our row");
     assert_eq!(row["xdp_attached"], true);
+    assert_eq!(row["tc_egress_attached"], true);
+    assert_eq!(row["tc_ingress_attached"], true);
+    assert_eq!(row["max_amplification"], 0);
     assert_eq!(row["xdp_mode"], "native");
     assert_eq!(row["ports"][0], 11211);
     assert!(row["layout"]["sets"].as_u64().unwrap() >= 16, "{row}");
@@ -584,6 +589,7 @@ fn vlan_tagged_gets_hit() {
         // request id 0x7777 echoed, sequence 0, one datagram
         let want = "ww\u{0}\u{0}\u{0}\u{1}\u{0}\u{0}VALUE tagged 1 9\r\nin a vlan\r\nEND\r\n";
         assert_eq!(v["payload"], want, "tags {tags}: {v}");
+        assert_eq!(v["udp_csum_ok"], true, "tags {tags}: {v}");
         let seen: Vec<String> = v["vlan_tags"]
             .as_array()
             .unwrap()
@@ -619,7 +625,8 @@ fn detach_after_the_namespace_is_gone_removes_the_pins() {
 }
 
 /// Multi-key gets of 1, 2, 10 and 24 keys return exactly what memcached returns; the kernel answers
-/// those whose reply fits the frame (on veth about 200 bytes more than the request), the rest pass.
+/// those whose keys all hit (in XDP if the reply fits the frame, else from TC ingress), the rest
+/// pass.
 #[test]
 fn multi_key_gets_up_to_24_keys() {
     let rig = Rig::attached(&[]).unwrap();
@@ -689,42 +696,38 @@ fn multi_key_gets_up_to_24_keys() {
     assert_eq!(rig.stat("hits"), hits + 1, "{}", rig.stats());
 }
 
-/// A hit whose reply cannot fit the frame (1000 bytes on veth) passes to memcached, which answers
-/// it; the item is then evicted and, from memcached's reply, the key marked "too big": its later gets
-/// pass at once (not remembered, their replies not parsed for a fill), while small items keep hitting.
+/// A hit whose reply cannot fit the XDP frame (1000 bytes on veth) is handed to the TC ingress
+/// program, which answers it from the skb: memcached never sees it, the item stays cached (no
+/// eviction, no "too big" marker, its replies still fill), and small items keep hitting in XDP.
 #[test]
-fn replies_too_big_for_the_frame_pass_and_stop_being_cached() {
+fn replies_too_big_for_the_frame_are_answered_from_tc_ingress() {
     let rig = Rig::attached(&[]).unwrap();
     let big = vec![b'x'; 1000];
     set(&rig, "big", 0, &big);
     set(&rig, "small", 0, b"s");
     rig.udp_get(1, b"get big\r\n").unwrap(); // miss, fills
     assert_eq!(rig.stat("fills"), 1, "{}", rig.stats());
-    let r = rig.udp_get(2, b"get big\r\n").unwrap(); // hit, too big for the frame
-    assert_eq!(values(&r), vec![(b"big".to_vec(), 0, big.clone())]);
-    assert_eq!(rig.stat("too_big"), 1, "{}", rig.stats());
-    // memcached's reply to that get was not stored; the key is marked instead
-    assert_eq!(rig.stat("fill_skipped"), 1, "{}", rig.stats());
-    for i in 0..3 {
-        let r = rig.udp_get(3 + i, b"get big\r\n").unwrap();
-        assert_eq!(values(&r)[0].2, big);
+    let mc_hits = rig.mc_stat("get_hits");
+    for i in 0..4 {
+        let r = rig.udp_get(2 + i, b"get big\r\n").unwrap(); // hit, built by TC ingress
+        assert_eq!(values(&r), vec![(b"big".to_vec(), 0, big.clone())]);
     }
-    assert_eq!(rig.stat("too_big"), 4, "{}", rig.stats());
-    assert_eq!(
-        rig.stat("fill_skipped"),
-        1,
-        "replies no longer parsed: {}",
-        rig.stats()
-    );
-    assert_eq!(rig.stat("fills"), 1, "{}", rig.stats());
-    // a write to the key clears the marker (its next value may be small)
+    assert_eq!(rig.mc_stat("get_hits"), mc_hits, "memcached saw none");
+    assert_eq!(rig.stat("hits"), 4, "{}", rig.stats());
+    assert_eq!(rig.stat("tc_handoffs"), 4, "{}", rig.stats());
+    assert_eq!(rig.stat("tc_hits"), 4, "{}", rig.stats());
+    assert_eq!(rig.stat("too_big"), 0, "{}", rig.stats());
+    assert_eq!(rig.stat("fill_skipped"), 0, "{}", rig.stats());
+    // a write to the key invalidates it; its next value is small and hits in XDP
     set(&rig, "big", 0, b"now small");
     rig.udp_get(7, b"get big\r\n").unwrap();
+    assert_eq!(rig.stat("fills"), 2, "{}", rig.stats());
     assert_eq!(
         values(&rig.udp_get(8, b"get big\r\n").unwrap())[0].2,
         b"now small"
     );
-    assert_eq!(rig.stat("hits"), 1, "{}", rig.stats());
+    assert_eq!(rig.stat("hits"), 5, "{}", rig.stats());
+    assert_eq!(rig.stat("tc_hits"), 4, "{}", rig.stats());
     rig.udp_get(9, b"get small\r\n").unwrap();
     let hits = rig.stat("hits");
     assert_eq!(
@@ -732,4 +735,5 @@ fn replies_too_big_for_the_frame_pass_and_stop_being_cached() {
         b"s"
     );
     assert_eq!(rig.stat("hits"), hits + 1);
+    assert_eq!(rig.stat("tc_hits"), 4, "{}", rig.stats());
 }

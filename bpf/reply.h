@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Answering a UDP get in the kernel, shared by the two programs that send replies: XDP (the reply
+ * built in the driver's frame when it has room) and TC ingress (the reply built in a grown skb
+ * when it has not). Both parse the request, look its keys up and compose the reply here, and
+ * rewrite the headers here, so the two paths cannot answer differently.
+ *
+ * The reply is composed in scratch.out: the memcached frame header (request id echoed, sequence
+ * 0, one datagram), every item ("VALUE ..." lines and data, as memcached sent them), "END\r\n".
+ * A request is answered only if every key hits and the whole reply fits one datagram. */
+#ifndef INKCACHE_REPLY_H
+#define INKCACHE_REPLY_H
+
+#include "inkcache_common.h"
+#include "parsing.h"
+#include "csum.h"
+#include "maps.h"
+#include "proto.h"
+#include "cache.h"
+
+/* Set by the control plane before load (--max-amplification): a source outside the allowlist is
+ * answered by the kernel only if the reply's UDP payload is at most this many times the
+ * request's; 0: such sources are never answered by the kernel. */
+const volatile __u32 max_amplification = 0;
+
+/* XDP metadata (bpf_xdp_adjust_meta) on a request whose reply every key hit for but whose frame
+ * could not take it: the TC ingress program answers it from the skb. */
+#define INK_META_MAGIC 0x31636b69 /* "ikc1" */
+
+/* compose_reply results (besides the reply length) */
+#define RP_MISS    LK_MISS
+#define RP_OVER    LK_FULL      /* longer than `limit`; scratch.need has a lower bound */
+#define RP_EXPIRED LK_EXPIRED
+
+/* Splits "get <key>[ <key>...]\r\n" or "gets ..." (the keys starting at `pos`) into keys. Returns
+ * the number of keys, or -1 if the request is not in the canonical form the kernel answers (such
+ * requests pass to the server, which has the last word on them). */
+__noinline int parse_get_keys(__u32 pos, __u32 len)
+{
+	struct scratch *s = get_scratch();
+	__u32 n = 0;
+
+	if (!s || len < 7 || len > PAYLOAD_MAX)
+		return -1;
+	if (BUF(s, len - 2) != '\r' || BUF(s, len - 1) != '\n')
+		return -1;
+	for (__u32 k = 0; k < MAX_GET_KEYS + 1; k++) {
+		int end = scan_token(pos, len - 2);
+		__u32 klen;
+		if (end < 0)
+			return -1;
+		klen = (__u32)end - pos;
+		if (klen == 0 || klen > KEY_MAX || s->dirty)
+			return -1;
+		if (n >= MAX_GET_KEYS)
+			return -1; /* too many keys for the kernel: the server answers */
+		s->koff[n & 31] = pos;
+		s->klen[n & 31] = klen;
+		n++;
+		if ((__u32)end == len - 2)
+			return n;
+		if (BUF(s, end) != ' ')
+			return -1; /* a bare '\r' or '\n' inside the line */
+		pos = end + 1;
+	}
+	return -1;
+}
+
+/* Composes the reply to the n keys parse_get_keys found (want_cas: "gets") in scratch.out, frame
+ * header (request id req_id, network order) included, serving items not expired at `now`. Returns
+ * its length, at most `limit`, or RP_MISS / RP_EXPIRED if a key has no servable item, or RP_OVER
+ * if the reply would be longer than `limit` (scratch.need then holds the length reached: the reply
+ * needs at least that much). */
+__noinline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit, __u64 now)
+{
+	struct scratch *s = get_scratch();
+	__u32 out = UDP_HDR_MC;
+	__u16 id = req_id;
+
+	if (!s)
+		return RP_MISS;
+	if (limit > DGRAM_MAX)
+		limit = DGRAM_MAX;
+	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
+		int r;
+		if (k >= n)
+			break;
+		r = table_lookup(k, out, now, want_cas, limit);
+		if (r < 0)
+			return r;
+		out += r;
+	}
+	if (out + 5 > limit) { /* no key: table_lookup did not check */
+		s->need = out + 5;
+		return RP_OVER;
+	}
+	__builtin_memcpy(&s->out[out & 2047], "END\r\n", 5);
+	out += 5;
+	/* frame header: request id echoed, sequence 0, one datagram, reserved 0 */
+	__builtin_memcpy(&s->out[0], &id, 2);
+	__u16 hdr[3] = { 0, bpf_htons(1), 0 };
+	__builtin_memcpy(&s->out[2], hdr, 6);
+	return out;
+}
+
+static __always_inline int allowed(struct pkt *p)
+{
+	struct ink_lpm_key k = { .prefixlen = 128 };
+
+	__builtin_memcpy(k.addr, p->saddr, 16);
+	return bpf_map_lookup_elem(&allow, &k) != NULL;
+}
+
+/* The longest reply (UDP payload) the kernel may send to this request: a datagram to an
+ * allowlisted source, else --max-amplification times the request's UDP payload (0: none). */
+static __always_inline __u32 reply_bound(struct pkt *p)
+{
+	__u64 b;
+
+	if (allowed(p))
+		return DGRAM_MAX;
+	b = (__u64)max_amplification * p->payload_len;
+	return b > DGRAM_MAX ? DGRAM_MAX : (__u32)b;
+}
+
+/* Remembers a get passed to the server (client, port, request id, now): its reply may fill. */
+static __always_inline void remember_request(struct pkt *p, __u16 req_id)
+{
+	struct ink_req_key k = {};
+	struct ink_req_val v = { .ts_ns = bpf_ktime_get_ns() };
+
+	__builtin_memcpy(k.addr, p->saddr, 16);
+	k.port = p->sport;
+	k.req_id = req_id;
+	bpf_map_update_elem(&pending, &k, &v, BPF_ANY);
+}
+
+/* Counts why a reply could not be composed (RP_* from compose_reply; `bound` from reply_bound)
+ * unless it was only for a limit tighter than the bound (XDP's room in the frame). Returns 1 if
+ * counted (the request goes to the server), 0 if the reply is within the bound. */
+static __always_inline int count_unanswerable(struct scratch *s, int r, __u32 bound)
+{
+	if (r == RP_OVER) {
+		if (s->need > DGRAM_MAX) {
+			stat_inc(ST_TOO_BIG);
+			return 1;
+		}
+		if (s->need > bound) {
+			stat_inc(ST_AMP_REFUSED);
+			return 1;
+		}
+		return 0;
+	}
+	if (r == RP_EXPIRED)
+		stat_inc(ST_EXPIRED);
+	stat_inc(ST_MISSES);
+	return 1;
+}
+
+/* Ones' complement sum of the reply in scratch.out[0, out_len) (out_len <= DGRAM_MAX), in memory
+ * order; zero-pads it to a multiple of 4 for bpf_csum_diff. */
+static __always_inline __u32 reply_payload_sum(struct scratch *s, __u32 out_len)
+{
+	__u32 sum = 0;
+
+	__builtin_memset(&s->out[out_len & 2047], 0, 4);
+	for (__u32 c = 0; c < 3; c++) {
+		__u32 o = c * 512, n;
+		if (o >= out_len)
+			break;
+		n = out_len - o;
+		if (n > 512)
+			n = 512;
+		n = (n + 3) & ~3U;
+		barrier_var(n);
+		n &= 1023;
+		sum = csum_add(sum, (__u32)bpf_csum_diff(NULL, 0, (void *)&s->out[o], n, 0));
+	}
+	return sum;
+}
+
+/* Turns the request's headers at [data, data_end) (parsed into p) into the reply's: MAC, IP
+ * addresses and ports swapped, lengths for a UDP payload of out_len bytes, TTL/hop limit 64, IPv4
+ * header checksum. The UDP checksum is left to the caller: *pseudo gets the pseudo header's sum,
+ * *udp_sum the UDP header's (checksum field as 0); both in memory order. Returns the offset of the
+ * UDP checksum field, or -1 if the headers are not where p says. */
+static __always_inline int reply_headers(void *data, void *data_end, struct pkt *p, __u32 out_len,
+					 __u32 *pseudo, __u32 *udp_sum)
+{
+	struct ethhdr *eth = data;
+	struct udphdr *udp;
+	__u32 ulen = 8 + out_len, sum;
+	__u8 mac[ETH_ALEN];
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+
+	if (!p->ipv6) {
+		struct iphdr *ip = data + (p->l3_off & 63);
+		if ((void *)(ip + 1) > data_end)
+			return -1;
+		__be32 a = ip->saddr;
+		ip->saddr = ip->daddr;
+		ip->daddr = a;
+		ip->tot_len = bpf_htons(sizeof(*ip) + ulen);
+		ip->ttl = 64;
+		ip->check = 0;
+		ip->check = csum_fold(csum_words((__u16 *)ip, sizeof(*ip) / 2));
+		sum = csum_words((__u16 *)&ip->saddr, 4);
+		udp = (void *)(ip + 1);
+	} else {
+		struct ipv6hdr *ip6 = data + (p->l3_off & 63);
+		if ((void *)(ip6 + 1) > data_end)
+			return -1;
+		struct in6_addr a = ip6->saddr;
+		ip6->saddr = ip6->daddr;
+		ip6->daddr = a;
+		ip6->payload_len = bpf_htons(ulen);
+		ip6->hop_limit = 64;
+		sum = csum_words((__u16 *)&ip6->saddr, 16);
+		udp = (void *)(ip6 + 1);
+	}
+	if ((void *)(udp + 1) > data_end)
+		return -1;
+	__be16 port = udp->source;
+	udp->source = udp->dest;
+	udp->dest = port;
+	udp->len = bpf_htons(ulen);
+	udp->check = 0;
+	/* pseudo header: addresses, protocol, UDP length (IPv6's 32-bit length sums the same) */
+	*pseudo = csum_add(sum, bpf_htons(IPPROTO_UDP) + udp->len);
+	*udp_sum = csum_words((__u16 *)udp, 4);
+	return (p->l3_off & 63) + (p->ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr)) +
+	       __builtin_offsetof(struct udphdr, check);
+}
+
+#endif
