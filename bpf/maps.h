@@ -17,8 +17,7 @@ struct ink_global {
 	__u32 hint_overflow;    /* ttl_hints was full once: keys without a hint are not cached */
 	__u32 grow_fail_min;    /* smallest frame growth XDP failed to get (0: none yet); items that
 				 * would need as much are not cached, since XDP could never send them */
-	__u32 gen;              /* server generation: a restart voids every set's open count */
-	__u32 pad0;
+	__u64 gen;              /* server generation: a restart voids every set's open count */
 	__u64 pad1[4];          /* keep the arena head (written by every fill) off this cache line */
 	__u64 head;             /* arena log head, 16-byte units; only grows */
 };
@@ -62,6 +61,15 @@ struct {
 	__uint(max_entries, 256);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } allow SEC(".maps");
+
+/* TCP connections to the server followed from their SYN. --max-conns decides the size; a
+ * connection that finds it full is not followed (its writes use the quarantine). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct ink_conn_key);
+	__type(value, struct ink_conn);
+	__uint(max_entries, 4096);
+} conns SEC(".maps");
 
 /* Get requests passed to the server; their replies may fill the cache. */
 struct {

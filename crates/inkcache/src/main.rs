@@ -50,16 +50,26 @@ enum Cmd {
         /// Get requests remembered while their replies are awaited.
         #[arg(long, default_value_t = 65536)]
         pending: u32,
-        /// Milliseconds a written key is not filled from replies (the server's time to apply a
-        /// write).
+        /// Milliseconds a write the server does not answer (noreply, UDP, connections not
+        /// followed) keeps its key from being filled (the server's time to apply a write).
         #[arg(long, default_value_t = 1000)]
         quarantine_ms: u64,
+        /// TCP connections followed from their SYN, so that each write is settled by the
+        /// server's answer to it (bounds the `conns` map, ~1 KiB each).
+        #[arg(long, default_value_t = 4096)]
+        max_conns: u32,
+        /// Seconds after which a write the server has still not answered stops blocking fills.
+        #[arg(long, default_value_t = 60)]
+        settle_max: u64,
         /// Keys whose expiry (learned from mutations) the kernel remembers.
         #[arg(long, default_value_t = 262144)]
         ttl_hints: u32,
         /// Debug: never invalidate (for proving the consistency checker can fail).
         #[arg(long, hide = true)]
         debug_no_invalidation: bool,
+        /// Debug: settle every write by the quarantine only (what the exact settling adds).
+        #[arg(long, hide = true)]
+        debug_quarantine_only: bool,
     },
     /// Remove everything `attach` put on an interface (other programs stay).
     Detach {
@@ -153,8 +163,11 @@ fn run(cli: Cli) -> Result<()> {
             max_age,
             pending,
             quarantine_ms,
+            max_conns,
+            settle_max,
             ttl_hints,
             debug_no_invalidation,
+            debug_quarantine_only,
         } => {
             let opts = AttachOpts {
                 ifaces,
@@ -166,8 +179,11 @@ fn run(cli: Cli) -> Result<()> {
                 max_age_secs: max_age,
                 pending_entries: pending,
                 quarantine_ms,
+                max_conns,
+                settle_max_secs: settle_max,
                 ttl_hints,
                 debug_no_invalidation,
+                debug_quarantine_only,
             };
             for info in inkcache::attach(&opts)? {
                 println!(
