@@ -195,6 +195,8 @@ static __always_inline int fill_allowed(struct ink_set *set, struct ink_global *
 		return 0;
 	if (set->open && set->gen == (__u32)g->gen && now - set->open_since < settle_max_ns)
 		return 0;
+	if (g->flush_open > 0 && now - g->flush_open_since < settle_max_ns)
+		return 0;
 	return 1;
 }
 
@@ -449,6 +451,8 @@ __noinline int fifo_push(__u32 set)
 	return 0;
 }
 
+#define FLUSH_SET 0xffffffff /* a FIFO entry for a flush_all: the whole cache, not one set */
+
 #define SETTLE_ANSWERED 0   /* entries whose answer has been seen (index < upto) */
 #define SETTLE_CLOSED   1   /* all: the server closed the connection, nothing more is applied */
 #define SETTLE_LOST     2   /* all, by the quarantine: the stream can no longer be followed */
@@ -471,6 +475,8 @@ __noinline int settle(__u32 upto, __u32 how)
 	stable = how == SETTLE_LOST ? now + quarantine_ns : now;
 	t = __sync_fetch_and_add(&c->fifo_tail, 0);
 	h = c->fifo_head;
+	if (c->gen != (__u32)g->gen) /* counted for a server that is gone: nothing to undo */
+		h = t;
 	for (__u32 i = 0; i < CONN_FIFO; i++) {
 		struct ink_pending_write e;
 		struct ink_set *set;
@@ -480,6 +486,14 @@ __noinline int settle(__u32 upto, __u32 how)
 		if (how == SETTLE_ANSWERED && (int)(e.answer - upto) >= 0)
 			break;
 		h++;
+		if (e.set == FLUSH_SET) {
+			/* requests that arrived before the flush was applied may carry flushed values */
+			if (g->flush_ns < stable)
+				g->flush_ns = stable;
+			__sync_fetch_and_add(&g->flush_open, -1);
+			stat_inc(how == SETTLE_LOST ? ST_QUARANTINED : ST_SETTLED);
+			continue;
+		}
 		set = bpf_map_lookup_elem(&sets, &e.set);
 		if (!set)
 			continue;
@@ -573,10 +587,35 @@ static __always_inline void invalidate_all(__u32 cause)
 	if (invalidation_off)
 		return;
 	g = global_state();
-	if (g) /* in the future: also void what requests racing the flush inside the server fill */
+	if (g) /* also void what requests racing the flush inside the server fill */
 		g->flush_ns = bpf_ktime_get_ns() + quarantine_ns;
 	stat_inc(ST_INVALIDATIONS);
 	stat_inc(cause);
+}
+
+/* flush_all on a followed connection that the server answers: everything is void now, and no
+ * reply fills until the server's answer to the flush has passed egress (see settle). Falls back
+ * to invalidate_all (the quarantine) if the connection cannot record it. */
+__noinline int flush_exact(void)
+{
+	struct ink_global *g = global_state();
+	__u64 now;
+
+	if (invalidation_off || !g)
+		return 0;
+	if (settle_off || fifo_push(FLUSH_SET)) {
+		invalidate_all(ST_INVAL_FLUSH);
+		stat_inc(ST_QUARANTINED);
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
+	__sync_fetch_and_add(&g->flush_open, 1);
+	g->flush_open_since = now;
+	if (g->flush_ns < now)
+		g->flush_ns = now;
+	stat_inc(ST_INVALIDATIONS);
+	stat_inc(ST_INVAL_FLUSH);
+	return 0;
 }
 
 #endif

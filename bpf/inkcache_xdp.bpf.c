@@ -89,12 +89,15 @@ __noinline __u64 meta_exp(__u32 pos, __u32 eol, __u64 dflt)
 
 /* flush_all [delay]: voids everything now and, with a delay, refuses fills until the delayed
  * flush has surely happened in the server. */
-static __always_inline void flush_command(__u32 tend, int eol)
+static __always_inline void flush_command(__u32 tend, int eol, __u32 exact)
 {
 	struct ink_global *g = global_state();
 	__u64 now = bpf_ktime_get_ns(), until = 0;
 
-	invalidate_all(ST_INVAL_FLUSH);
+	if (exact)
+		flush_exact();
+	else
+		invalidate_all(ST_INVAL_FLUSH);
 	if (!g || invalidation_off)
 		return;
 	if (eol < 0) {
@@ -202,7 +205,7 @@ static long walk_command(__u32 i, void *ctx)
 		if (cmd == CMD_HARMLESS || cmd == CMD_GET || cmd == CMD_QUIT)
 			return walk_stop(w, len);
 		if (cmd == CMD_FLUSH) {
-			flush_command(tend, -1);
+			flush_command(tend, -1, 0);
 			return walk_stop(w, len);
 		}
 		if (cmd == CMD_GAT || cmd == CMD_META_SET || cmd == CMD_META_GET ||
@@ -245,7 +248,7 @@ static long walk_command(__u32 i, void *ctx)
 		}
 		break;
 	case CMD_FLUSH:
-		flush_command(tend, eol);
+		flush_command(tend, eol, exact && answers);
 		break;
 	case CMD_GAT: { /* gat <exptime> <key>*: one answer for all keys */
 		int xend = scan_token(tend + 1, e);

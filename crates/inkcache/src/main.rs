@@ -254,9 +254,18 @@ fn fill(dir: &std::path::Path, total: u64, log_units: u64) -> Result<Fill> {
     let gv = g
         .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
         .context("empty global map")?;
+    // pinned by another build of inkcache (an upgrade): its layout may differ from ours
+    anyhow::ensure!(
+        gv.len() == size_of::<ink_global>(),
+        "attached by another version of inkcache"
+    );
     let at = offset_of!(ink_global, head);
     let head = u64::from_ne_bytes(gv[at..at + 8].try_into()?);
     let m = MapHandle::from_pinned_path(dir.join("sets")).context("opening the sets map")?;
+    anyhow::ensure!(
+        m.value_size() as usize == size_of::<ink_set>(),
+        "attached by another version of inkcache"
+    );
     let mut f = Fill::default();
     let (w0, wsz) = (offset_of!(ink_set, way), size_of::<ink_way>());
     for (_, v) in m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)? {

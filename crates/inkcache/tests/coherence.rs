@@ -202,12 +202,41 @@ fn large_values_over_tcp_are_followed_by_length() {
     assert_eq!(rig.stat("hits"), hits + 1, "bystander still cached: {st}");
 }
 
-/// The refill race, made deterministic. memcached's worker for a writer's connection is held up
-/// (the writer does not read the answers to earlier big gets, so memcached waits to send them and
-/// reads nothing more from it), so a `set` it has received stays unapplied for far longer than
-/// the quarantine. A UDP get of the key meanwhile is answered by memcached with the old value;
-/// that reply must not be installed, or the kernel would serve the old value after the write.
-/// The write blocks fills until memcached's answer to it (STORED) passes egress.
+/// Sends `write` on a connection whose memcached worker is held up: the connection first asks for
+/// 16 MB of big values and does not read them, so memcached waits to send them and reads nothing
+/// more from it. Returns the connection; reading it to the end lets memcached go on.
+fn held_back_write(rig: &Rig, write: &[u8]) -> TcpStream {
+    let addr = rig.server_addr();
+    let writer = rig.client(|| {
+        let s = TcpStream::connect(addr).unwrap();
+        nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
+        s
+    });
+    let mut w = &writer;
+    w.write_all(&b"get big\r\n".repeat(32)).unwrap();
+    sleep(Duration::from_millis(300)); // memcached is now stuck sending 16 MB
+    w.write_all(write).unwrap();
+    sleep(Duration::from_millis(400)); // far past the quarantine (50 ms in the tests)
+    writer
+}
+
+/// Reads the held-back connection until `last` ends the stream of answers.
+fn release(mut w: &TcpStream, last: &[u8]) {
+    w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut all = Vec::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    while !all.ends_with(last) {
+        let n = w.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed");
+        all.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The refill race, made deterministic: a write memcached has received but not applied (its
+/// worker is held up, see held_back_write) for far longer than the quarantine. A UDP get of the
+/// key meanwhile is answered by memcached with the old value; that reply must not be installed,
+/// or the kernel would serve the old value after the write. The write blocks fills until
+/// memcached's answer to it passes egress. Checked for set, delete and flush_all.
 #[test]
 fn a_write_not_yet_applied_blocks_fills_beyond_the_quarantine() {
     // INKCACHE_TEST_QUARANTINE_ONLY=1 runs it against the quarantine alone: it then fails, which
@@ -218,51 +247,47 @@ fn a_write_not_yet_applied_blocks_fills_beyond_the_quarantine() {
         &[]
     };
     let rig = Rig::attached(extra).unwrap();
-    let big = vec![b'x'; 512 * 1024];
-    set(&rig, "big", 0, &big);
-    set(&rig, "k", 0, b"old");
-    let addr = rig.server_addr();
-    let writer = rig.client(|| {
-        let s = TcpStream::connect(addr).unwrap();
-        nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
-        s
-    });
-    let mut w = &writer;
-    w.write_all(&b"get big\r\n".repeat(32)).unwrap();
-    sleep(Duration::from_millis(300)); // memcached is now stuck sending 16 MB
-    w.write_all(b"set k 0 0 3\r\nnew\r\n").unwrap();
-    sleep(Duration::from_millis(400)); // far past the quarantine (50 ms in the tests)
-    assert_eq!(
-        rig.tcp(b"get k\r\n"),
-        inkproto::client::Response::Values(vec![inkproto::client::Item {
-            key: b"k".to_vec(),
-            flags: 0,
-            data: b"old".to_vec(),
-            cas: None,
-        }]),
-        "precondition: memcached has not applied the set yet"
-    );
-    let fills = rig.stat("fills");
-    let first = rig.udp_get(1, b"get k\r\n").unwrap();
-    assert_eq!(first, b"VALUE k 0 3\r\nold\r\nEND\r\n");
-    assert_eq!(
-        rig.stat("fills"),
-        fills,
-        "the old value must not be installed"
-    );
-
-    // the writer reads its answers: memcached goes on and applies the set
-    w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut all = Vec::new();
-    let mut chunk = vec![0u8; 1 << 20];
-    while !all.ends_with(b"STORED\r\n") {
-        let n = w.read(&mut chunk).unwrap();
-        assert!(n > 0, "connection closed");
-        all.extend_from_slice(&chunk[..n]);
+    set(&rig, "big", 0, &vec![b'x'; 512 * 1024]);
+    let cases: &[(&str, &[u8], &[u8])] = &[
+        ("set", b"set K 0 0 3\r\nnew\r\n", b"STORED\r\n"),
+        ("delete", b"delete K\r\n", b"DELETED\r\n"),
+        ("flush_all", b"flush_all\r\n", b"OK\r\n"),
+    ];
+    for (i, (what, cmd, answer)) in cases.iter().enumerate() {
+        let key = format!("held{i}");
+        set(&rig, &key, 0, b"old");
+        let cmd = String::from_utf8_lossy(cmd).replace('K', &key);
+        let writer = held_back_write(&rig, cmd.as_bytes());
+        assert_eq!(
+            rig.tcp(format!("get {key}\r\n").as_bytes()),
+            inkproto::client::Response::Values(vec![inkproto::client::Item {
+                key: key.as_bytes().to_vec(),
+                flags: 0,
+                data: b"old".to_vec(),
+                cas: None,
+            }]),
+            "precondition: memcached has not applied the {what} yet"
+        );
+        let fills = rig.stat("fills");
+        let first = rig.udp_get(1, format!("get {key}\r\n").as_bytes()).unwrap();
+        assert_eq!(
+            first,
+            format!("VALUE {key} 0 3\r\nold\r\nEND\r\n").as_bytes()
+        );
+        assert_eq!(
+            rig.stat("fills"),
+            fills,
+            "{what}: the old value must not be installed"
+        );
+        release(&writer, answer);
+        assert_fresh(&rig, &key, what);
+        if *what == "flush_all" {
+            set(&rig, "big", 0, &vec![b'x'; 512 * 1024]);
+        }
     }
-    assert_fresh(&rig, "k", "a set memcached applied late");
-    // settled by the answer: the key fills again at once
-    cache_it(&rig, "k");
+    // settled by the answer: a written key fills again at once
+    set(&rig, "again", 0, b"v");
+    cache_it(&rig, "again");
 }
 
 /// Items are not served after the expiry a mutation set (relative and absolute exptime, touch).
