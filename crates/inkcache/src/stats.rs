@@ -62,7 +62,8 @@ counters! {
     promoted,
     /// TCP connections followed from their SYN (their writes are settled by the server's answers).
     conn_tracked,
-    /// Connections not followed: seen mid-stream (opened before attach), or --max-conns reached.
+    /// Connections not followed because --max-conns were already followed (connections opened
+    /// before attach are not followed either, and not counted).
     conn_untracked,
     /// Followed connections whose answers could no longer be counted (quiet meta commands, error
     /// answers, a gap in the stream): their writes fall back to the quarantine.

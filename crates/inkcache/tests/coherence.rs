@@ -290,6 +290,51 @@ fn a_write_not_yet_applied_blocks_fills_beyond_the_quarantine() {
     cache_it(&rig, "again");
 }
 
+/// Writes whose answers cannot be counted still invalidate, and fall back to the quarantine: a
+/// connection opened before attach (seen mid-stream), a quiet meta command (its answer may be
+/// left out), and connections beyond --max-conns.
+#[test]
+fn writes_on_connections_not_followed_fall_back_to_the_quarantine() {
+    let mut rig = Rig::new().unwrap();
+    let addr = rig.server_addr();
+    let old = rig.client(|| TcpStream::connect(addr).unwrap());
+    rig.attach(&["--max-conns", "16"]).unwrap();
+    let mut old = &old;
+    let one_write = |conn: &mut &TcpStream, key: &str, cmd: String, answer: &[u8]| {
+        set(&rig, key, 0, b"old");
+        cache_it(&rig, key);
+        let (settled, quarantined) = (rig.stat("settled"), rig.stat("quarantined"));
+        conn.write_all(cmd.as_bytes()).unwrap();
+        let mut got = vec![0u8; answer.len()];
+        conn.read_exact(&mut got).unwrap();
+        assert_eq!(got, answer);
+        assert_fresh(&rig, key, &cmd);
+        assert_eq!(rig.stat("settled"), settled, "{cmd}: {}", rig.stats());
+        assert!(rig.stat("quarantined") > quarantined, "{cmd}: {}", rig.stats());
+    };
+    // opened before attach
+    one_write(&mut old, "pre", "set pre 0 0 3\r\nnew\r\n".into(), b"STORED\r\n");
+
+    // a quiet meta command: the connection's answers can no longer be counted
+    let quiet = rig.client(|| TcpStream::connect(addr).unwrap());
+    let mut quiet = &quiet;
+    let desync = rig.stat("conn_desync");
+    one_write(&mut quiet, "q1", "ms q1 3 q\r\nnew\r\nmn\r\n".into(), b"MN\r\n");
+    assert_eq!(rig.stat("conn_desync"), desync + 1, "{}", rig.stats());
+    one_write(&mut quiet, "q2", "set q2 0 0 3\r\nnew\r\n".into(), b"STORED\r\n");
+
+    // more connections than --max-conns
+    let untracked = rig.stat("conn_untracked");
+    let many: Vec<TcpStream> = rig.client(|| {
+        (0..20)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect()
+    });
+    assert!(rig.stat("conn_untracked") >= untracked + 3, "{}", rig.stats());
+    let mut last = many.last().unwrap();
+    one_write(&mut last, "many", "set many 0 0 3\r\nnew\r\n".into(), b"STORED\r\n");
+}
+
 /// Items are not served after the expiry a mutation set (relative and absolute exptime, touch).
 #[test]
 fn expiry_learned_from_mutations() {
