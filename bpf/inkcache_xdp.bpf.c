@@ -12,6 +12,7 @@
 #include "maps.h"
 #include "proto.h"
 #include "cache.h"
+#include "binproto.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -475,6 +476,8 @@ int inkcache_xdp(struct xdp_md *ctx)
 		}
 		if (plen < p.payload_len) {
 			invalidate_all(ST_INVAL_UNPARSABLE);
+		} else if (BUF(s, 0) == BIN_REQ_MAGIC) {
+			invalidate_binary(0, plen);
 		} else {
 			invalidate_mutations(plen);
 		}
@@ -507,7 +510,10 @@ int inkcache_xdp(struct xdp_md *ctx)
 		return handle_get(ctx, s, &p, plen, req_id, 0);
 	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
 		return handle_get(ctx, s, &p, plen, req_id, 1);
-	invalidate_mutations(plen);
+	if (BUF(s, 0) == BIN_REQ_MAGIC)
+		invalidate_binary(0, plen);
+	else
+		invalidate_mutations(plen);
 	stat_inc(ST_PASSED);
 	return XDP_PASS;
 }
