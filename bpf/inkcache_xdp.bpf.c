@@ -12,6 +12,7 @@
 #include "maps.h"
 #include "proto.h"
 #include "cache.h"
+#include "binproto.h"
 #include "stream.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -449,6 +450,17 @@ __noinline int ingress_stream(struct xdp_md *ctx, __u32 payload_off, __u32 plen,
 		if (bpf_xdp_load_bytes(ctx, payload_off + off, &s->buf[part], n))
 			goto unsure;
 		end = part + n;
+		if (part == 0 && BUF(s, 0) == BIN_REQ_MAGIC) {
+			/* binary protocol: requests framed by their body length; quiet commands leave
+			 * answers out, so writes fall back to the quarantine */
+			__s64 rest = invalidate_binary(0, end);
+			if (rest < 0)
+				goto lost; /* everything was invalidated */
+			s->ws.desync = 1;
+			s->ws.skip = (__u32)rest;
+			off += n;
+			continue;
+		}
 		r = invalidate_mutations(0, end);
 		if (r < 0)
 			goto lost; /* not sure of the stream: everything was invalidated */
@@ -732,6 +744,8 @@ int inkcache_xdp(struct xdp_md *ctx)
 		}
 		if (plen < p.payload_len)
 			invalidate_all(ST_INVAL_UNPARSABLE);
+		else if (BUF(s, 0) == BIN_REQ_MAGIC)
+			invalidate_binary(0, plen);
 		else
 			invalidate_mutations(0, plen);
 		return XDP_PASS;
@@ -766,7 +780,10 @@ int inkcache_xdp(struct xdp_md *ctx)
 	/* UDP writes are not answered in order: they fall back to the quarantine */
 	s->ws.stream = 0;
 	s->ws.exact = 0;
-	invalidate_mutations(0, plen);
+	if (BUF(s, 0) == BIN_REQ_MAGIC)
+		invalidate_binary(0, plen);
+	else
+		invalidate_mutations(0, plen);
 	stat_inc(ST_PASSED);
 	return XDP_PASS;
 }

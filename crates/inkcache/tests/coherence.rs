@@ -14,40 +14,6 @@ use std::{
 use common::*;
 use inkproto::udp::frame_request;
 
-/// Caches `key` in the kernel (value must already be stored) and checks the kernel answers it.
-fn cache_it(rig: &Rig, key: &str) -> Vec<u8> {
-    let req = format!("get {key}\r\n");
-    let first = rig.udp_get(1, req.as_bytes()).expect("reply");
-    let hits = rig.stat("hits");
-    let second = rig.udp_get(2, req.as_bytes()).expect("reply");
-    assert_eq!(
-        rig.stat("hits"),
-        hits + 1,
-        "{key} should now be a kernel hit: {}",
-        rig.stats()
-    );
-    assert_eq!(first, second);
-    second
-}
-
-/// After a mutation, the next UDP get must return what memcached now holds: its answer must equal
-/// memcached's own (TCP) answer just before or just after it (the value may change in between,
-/// e.g. when a delayed flush_all fires).
-fn assert_fresh(rig: &Rig, key: &str, what: &str) {
-    let req = format!("get {key}\r\n");
-    let before = rig.tcp(req.as_bytes());
-    let via_udp = rig.udp_get(3, req.as_bytes()).expect("reply");
-    let after = rig.tcp(req.as_bytes());
-    let udp_parsed = inkproto::client::parse_response(&via_udp)
-        .unwrap()
-        .unwrap()
-        .0;
-    assert!(
-        udp_parsed == before || udp_parsed == after,
-        "after {what}: kernel served a stale value {udp_parsed:?}; memcached has {after:?}"
-    );
-}
-
 #[test]
 fn every_text_and_meta_mutation_invalidates_over_tcp() {
     let rig = Rig::attached(&[]).unwrap();
@@ -310,29 +276,54 @@ fn writes_on_connections_not_followed_fall_back_to_the_quarantine() {
         assert_eq!(got, answer);
         assert_fresh(&rig, key, &cmd);
         assert_eq!(rig.stat("settled"), settled, "{cmd}: {}", rig.stats());
-        assert!(rig.stat("quarantined") > quarantined, "{cmd}: {}", rig.stats());
+        assert!(
+            rig.stat("quarantined") > quarantined,
+            "{cmd}: {}",
+            rig.stats()
+        );
     };
     // opened before attach
-    one_write(&mut old, "pre", "set pre 0 0 3\r\nnew\r\n".into(), b"STORED\r\n");
+    one_write(
+        &mut old,
+        "pre",
+        "set pre 0 0 3\r\nnew\r\n".into(),
+        b"STORED\r\n",
+    );
 
     // a quiet meta command: the connection's answers can no longer be counted
     let quiet = rig.client(|| TcpStream::connect(addr).unwrap());
     let mut quiet = &quiet;
     let desync = rig.stat("conn_desync");
-    one_write(&mut quiet, "q1", "ms q1 3 q\r\nnew\r\nmn\r\n".into(), b"MN\r\n");
+    one_write(
+        &mut quiet,
+        "q1",
+        "ms q1 3 q\r\nnew\r\nmn\r\n".into(),
+        b"MN\r\n",
+    );
     assert_eq!(rig.stat("conn_desync"), desync + 1, "{}", rig.stats());
-    one_write(&mut quiet, "q2", "set q2 0 0 3\r\nnew\r\n".into(), b"STORED\r\n");
+    one_write(
+        &mut quiet,
+        "q2",
+        "set q2 0 0 3\r\nnew\r\n".into(),
+        b"STORED\r\n",
+    );
 
     // more connections than --max-conns
     let untracked = rig.stat("conn_untracked");
-    let many: Vec<TcpStream> = rig.client(|| {
-        (0..20)
-            .map(|_| TcpStream::connect(addr).unwrap())
-            .collect()
-    });
-    assert!(rig.stat("conn_untracked") >= untracked + 3, "{}", rig.stats());
+    let many: Vec<TcpStream> =
+        rig.client(|| (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect());
+    assert!(
+        rig.stat("conn_untracked") >= untracked + 3,
+        "{}",
+        rig.stats()
+    );
     let mut last = many.last().unwrap();
-    one_write(&mut last, "many", "set many 0 0 3\r\nnew\r\n".into(), b"STORED\r\n");
+    one_write(
+        &mut last,
+        "many",
+        "set many 0 0 3\r\nnew\r\n".into(),
+        b"STORED\r\n",
+    );
 }
 
 /// Items are not served after the expiry a mutation set (relative and absolute exptime, touch).
