@@ -108,21 +108,7 @@ static __always_inline __u64 bin_exp(__u32 exptime)
  * most max_age, so the hint becomes at most now + max_age. */
 static __always_inline __u64 bin_exp_either(__u32 kpos, __u32 klen, __u64 exp)
 {
-	__u64 h, *cur, lim;
-
-	if (exp == EXP_NEVER)
-		return HINT_KEEP; /* the old expiry, whatever it is, is the earlier */
-	h = key_hash(kpos, klen);
-	cur = bpf_map_lookup_elem(&ttl_hints, &h);
-	if (cur) {
-		lim = *cur;
-	} else {
-		struct ink_global *g = global_state();
-		if (g && g->hint_overflow)
-			return EXP_UNKNOWN; /* no hint means "not cached" now: don't count on it */
-		lim = bpf_ktime_get_ns() + max_age_ns;
-	}
-	return lim < exp ? lim : exp;
+	return exp_either(key_hash(kpos, klen), exp);
 }
 
 /* flush [delay]: voids everything now and, with a delay, refuses fills until the delayed flush

@@ -60,6 +60,68 @@ static __always_inline __u64 exptime_to_ns(__s64 e, __u64 now, struct ink_global
 	return (__u64)mono;
 }
 
+/* A ttl_hints value: the expiry in ms (rounded down: early is safe) and the hint generation it
+ * was recorded in, packed in one u64 so that readers never see half an update. */
+#define HINT_MS_BITS 44
+#define HINT_MS_NEVER ((1ULL << HINT_MS_BITS) - 1)
+#define HINT_GEN_MASK ((1ULL << (64 - HINT_MS_BITS)) - 1)
+
+static __always_inline __u64 hint_pack(__u64 exp, __u64 gen)
+{
+	__u64 ms = exp == EXP_NEVER ? HINT_MS_NEVER : exp / 1000000;
+
+	if (ms > HINT_MS_NEVER)
+		ms = HINT_MS_NEVER - 1;
+	return ((gen & HINT_GEN_MASK) << HINT_MS_BITS) | ms;
+}
+
+static __always_inline __u64 hint_exp(__u64 v)
+{
+	__u64 ms = v & HINT_MS_NEVER;
+
+	return ms == HINT_MS_NEVER ? EXP_NEVER : ms * 1000000;
+}
+
+static __always_inline int hint_trusted(__u64 v, struct ink_global *g)
+{
+	return (v >> HINT_MS_BITS) == (g->hint_gen & HINT_GEN_MASK);
+}
+
+/* The expiry the kernel may use for key hash h when filling at `now`: its hint if trusted; else
+ * (written before attach, or a segment since could not be parsed) at most max_age from now, and
+ * not after an untrusted hint either; EXP_UNKNOWN (do not cache) once ttl_hints overflowed. */
+static __always_inline __u64 fill_expiry(__u64 h, __u64 now, struct ink_global *g)
+{
+	__u64 *v = bpf_map_lookup_elem(&ttl_hints, &h), exp;
+
+	if (v && hint_trusted(*v, g))
+		return hint_exp(*v);
+	if (g->hint_overflow)
+		return EXP_UNKNOWN;
+	exp = now + max_age_ns;
+	if (v && hint_exp(*v) < exp)
+		exp = hint_exp(*v);
+	return exp;
+}
+
+/* Expiry to record for a write that either leaves the key's item as it was or gives it expiry
+ * `exp`, when we cannot know which (add, cas, meta set with a mode or CAS, binary equivalents):
+ * the earlier of the two, so the kernel never serves past either. Without a trusted hint the old
+ * expiry is unknown (bounded by max_age from now). */
+static __always_inline __u64 exp_either(__u64 h, __u64 exp)
+{
+	struct ink_global *g = global_state();
+
+	if (!g)
+		return EXP_UNKNOWN;
+	if (exp == EXP_NEVER)
+		return HINT_KEEP; /* the old expiry, whatever it is, is the earlier */
+	{
+		__u64 old = fill_expiry(h, bpf_ktime_get_ns(), g);
+		return old < exp ? old : exp;
+	}
+}
+
 static __always_inline __u32 tag_of(__u64 h)
 {
 	__u32 t = (__u32)h;
@@ -554,15 +616,16 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 exp, __u32 exact)
 	if (exp != HINT_KEEP) {
 		/* a lookup is much cheaper than an update: write only what changes */
 		__u64 *cur = bpf_map_lookup_elem(&ttl_hints, &h);
+		__u64 v = hint_pack(exp, g->hint_gen);
 		if (exp == HINT_DELETE) {
 			if (cur)
 				bpf_map_delete_elem(&ttl_hints, &h);
 		} else if (!cur) {
-			if (bpf_map_update_elem(&ttl_hints, &h, &exp, BPF_NOEXIST) &&
+			if (bpf_map_update_elem(&ttl_hints, &h, &v, BPF_NOEXIST) &&
 			    !bpf_map_lookup_elem(&ttl_hints, &h))
 				g->hint_overflow = 1; /* full: keys without a hint are no longer cached */
-		} else if (*cur != exp) {
-			*cur = exp; /* 8-byte store: readers see the old or the new expiry */
+		} else if (*cur != v) {
+			*cur = v; /* one 8-byte store: readers see the old or the new hint */
 		}
 	}
 	stat_inc(ST_INVALIDATIONS);
@@ -587,8 +650,12 @@ static __always_inline void invalidate_all(__u32 cause)
 	if (invalidation_off)
 		return;
 	g = global_state();
-	if (g) /* also void what requests racing the flush inside the server fill */
+	if (g) { /* also void what requests racing the flush inside the server fill */
 		g->flush_ns = bpf_ktime_get_ns() + quarantine_ns;
+		/* what could not be parsed may have changed any key's expiry */
+		if (cause == ST_INVAL_UNPARSABLE)
+			__sync_fetch_and_add(&g->hint_gen, 1);
+	}
 	stat_inc(ST_INVALIDATIONS);
 	stat_inc(cause);
 }

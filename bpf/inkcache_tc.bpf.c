@@ -24,7 +24,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	struct ink_global *g = global_state();
 	int kend, fend, bend, cend, eol, bytes;
 	__u32 kpos, klen, item_len, hdr, cas = 0, skip = 0;
-	__u64 h, now, exp, *hint;
+	__u64 h, now, exp;
 
 	if (!s || !g || off >= end || end > SCRATCH_LEN)
 		return -1;
@@ -79,13 +79,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	}
 	now = bpf_ktime_get_ns();
 	/* expiry: learned from the last mutation of this key, else bounded by max_age */
-	hint = bpf_map_lookup_elem(&ttl_hints, &h);
-	if (hint)
-		exp = *hint;
-	else if (g->hint_overflow)
-		exp = EXP_UNKNOWN;
-	else
-		exp = now + max_age_ns;
+	exp = fill_expiry(h, now, g);
 	if (exp <= now) {
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;

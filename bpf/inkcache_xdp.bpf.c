@@ -128,6 +128,7 @@ static __always_inline void evict_key(struct scratch *s, __u32 k)
 #define MF_QUIET 1   /* q: the answer may be left out */
 #define MF_B64   2   /* b: the key is base64, not the bytes seen */
 #define MF_WRITE 4   /* T N E R: mg changes the item */
+#define MF_COND  8   /* C M I: ms may leave the old item (and its expiry) in place */
 
 /* The flags among the tokens in [pos, eol), or -1 if there are more than we walk. */
 __noinline int meta_scan(__u32 pos, __u32 eol)
@@ -153,6 +154,8 @@ __noinline int meta_scan(__u32 pos, __u32 eol)
 				f |= MF_B64;
 			else if (c == 'T' || c == 'N' || c == 'E' || c == 'R')
 				f |= MF_WRITE;
+			else if (c == 'C' || c == 'M' || c == 'I')
+				f |= MF_COND;
 		}
 		pos = t + 1;
 	}
@@ -292,6 +295,11 @@ static long walk_command(__u32 i, void *ctx)
 			bytes = parse_uint(t2 + 1, t3);
 			if (bytes < 0)
 				goto unsure;
+			/* add and cas may fail and leave the old item and its expiry */
+			if (BUF(s, pos) == 'a' && BUF(s, pos + 1) == 'd')
+				exp = exp_either(key_hash(kpos, klen), exp);
+			else if (BUF(s, pos) == 'c')
+				exp = exp_either(key_hash(kpos, klen), exp);
 			break;
 		case CMD_META_SET: /* ms <key> <datalen> <flag>* */
 			t1 = scan_token(kend + 1, e);
@@ -302,6 +310,8 @@ static long walk_command(__u32 i, void *ctx)
 				goto unsure;
 			mf = meta_scan(t1 + 1, e);
 			exp = meta_exp(t1 + 1, e, EXP_NEVER);
+			if (mf > 0 && (mf & MF_COND)) /* a mode or a CAS: may leave the old item */
+				exp = exp_either(key_hash(kpos, klen), exp);
 			break;
 		case CMD_TOUCH: /* touch <key> <exptime> [noreply] */
 			t1 = scan_token(kend + 1, e);

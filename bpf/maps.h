@@ -19,6 +19,8 @@ struct ink_global {
 				 * would need as much are not cached, since XDP could never send them */
 	__u64 gen;              /* server generation: a restart voids every set's open count */
 	__s64 flush_open;       /* flush_all commands the server has not answered yet */
+	__u64 hint_gen;         /* bumped when a segment could not be parsed: it may have changed
+				 * any key's expiry, so hints recorded before are no longer trusted */
 	__u64 flush_open_since; /* arrival of the latest of them */
 	__u64 pad1[4];          /* keep the arena head (written by every fill) off this cache line */
 	__u64 head;             /* arena log head, 16-byte units; only grows */

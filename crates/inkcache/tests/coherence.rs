@@ -378,6 +378,71 @@ fn expiry_learned_from_mutations() {
     assert_eq!(rig.udp_get(9, b"get neg\r\n").unwrap(), b"END\r\n");
 }
 
+/// A write that may leave the old item in place (a failed `add`, a `cas` with a wrong unique, a
+/// meta set in add mode) does not lengthen the expiry the kernel keeps for the key; and after a
+/// segment that could not be parsed (it may have changed any key's expiry) earlier expiries are
+/// no longer trusted: items are served at most --max-age after their fill, as for keys written
+/// before attach.
+#[test]
+fn expiry_survives_failed_writes_and_unparsable_segments() {
+    let rig = Rig::attached(&["--max-age", "2"]).unwrap();
+    for k in ["add", "cas", "msadd"] {
+        let req = format!("set {k} 0 3 3\r\nold\r\n");
+        assert_eq!(rig.tcp(req.as_bytes()), inkproto::client::Response::Stored);
+    }
+    assert_eq!(
+        rig.tcp(b"add add 0 0 3\r\nnew\r\n"),
+        inkproto::client::Response::NotStored
+    );
+    assert_eq!(
+        rig.tcp(b"cas cas 0 0 3 987654321\r\nnew\r\n"),
+        inkproto::client::Response::Exists
+    );
+    assert!(matches!(
+        rig.tcp(b"ms msadd 3 ME\r\nnew\r\n"),
+        inkproto::client::Response::Meta {
+            code: [b'N', b'S'],
+            ..
+        }
+    ));
+    // a key with no expiry, then a segment the walker cannot parse that gives it one
+    assert_eq!(
+        rig.tcp(b"set hidden 0 0 3\r\nold\r\n"),
+        inkproto::client::Response::Stored
+    );
+    settle();
+    let unparsable = rig.stat("inval_unparsable");
+    let addr = rig.server_addr();
+    rig.client(|| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"bogus\r\nset hidden 0 3 3\r\nnew\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while !got.ends_with(b"STORED\r\n") {
+            let n = c.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+    });
+    assert_eq!(rig.stat("inval_unparsable"), unparsable + 1);
+    settle();
+    for k in ["add", "cas", "msadd", "hidden"] {
+        cache_it(&rig, k);
+    }
+    sleep(Duration::from_millis(3500));
+    let hits = rig.stat("hits");
+    for k in ["add", "cas", "msadd", "hidden"] {
+        let req = format!("get {k}\r\n");
+        assert_eq!(
+            rig.udp_get(1, req.as_bytes()).unwrap(),
+            b"END\r\n",
+            "{k}: memcached expired it; the kernel must not serve it"
+        );
+    }
+    assert_eq!(rig.stat("hits"), hits, "{}", rig.stats());
+}
+
 /// Items whose expiry is unknown (written before attach) are served at most --max-age.
 #[test]
 fn max_age_bounds_items_written_before_attach() {
