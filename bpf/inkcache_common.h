@@ -31,6 +31,11 @@ enum ink_stat {
 	ST_INVAL_RESTART,     /* whole-cache invalidations: the server bound or released its port */
 	ST_EXPIRED,           /* hits refused because the item's expiry had passed */
 	ST_PROMOTED,          /* hot items copied to the log head before the log overwrote them */
+	ST_CONN_TRACKED,      /* TCP connections followed from their SYN */
+	ST_CONN_UNTRACKED,    /* connections not followed (seen mid-stream, or table full) */
+	ST_CONN_DESYNC,       /* followed connections whose stream was lost */
+	ST_SETTLED,           /* writes settled by the server's answer */
+	ST_QUARANTINED,       /* writes settled by the quarantine (no answer to wait for) */
 	ST_TC_HANDOFFS,       /* hits whose reply did not fit the XDP frame: handed to TC ingress */
 	ST_TC_HITS,           /* requests TC ingress answered (counted in ST_HITS too) */
 	ST_TC_PASSED,         /* handed-off requests TC ingress could not answer, passed to the server */
@@ -80,6 +85,53 @@ struct ink_set {
 
 struct ink_seg {
 	__u8 b[SEG_BYTES + SEG_SLACK];
+};
+
+/* A TCP connection to the server, followed from its SYN so that each write can be settled by the
+ * server's answer to it (see stream.h). */
+#define CONN_FIFO   32      /* writes per connection awaiting their answers */
+#define PART_MAX    320     /* a command or answer line cut by a segment end, carried over */
+
+#define CONN_DESYNC  1      /* the byte stream was lost (a gap, a line too long): segments are
+			     * walked on their own, writes fall back to the quarantine */
+#define CONN_INEXACT 2      /* the stream is followed but answers can no longer be counted (quiet
+			     * meta, an error answer, a full FIFO): writes fall back to the quarantine */
+#define CONN_OUT_OK  4      /* the server's initial sequence number is known (SYN-ACK seen) */
+
+struct ink_conn_key {
+	__u8 caddr[16];        /* client, IPv4 as ::ffff:a.b.c.d */
+	__u8 saddr[16];        /* server */
+	__u16 cport;           /* network order */
+	__u16 sport;
+};
+
+struct ink_pending_write {
+	__u32 answer;          /* index of the answer that settles it, in the connection's answers */
+	__u32 set;             /* index of the key's set */
+};
+
+struct ink_conn {
+	/* 64-bit where updated atomically (clang's BPF target has 64-bit atomics only before v3) */
+	__u64 flags;           /* CONN_* */
+	__u64 in_busy;         /* a CPU is walking the client's bytes (claimed with cmpxchg) */
+	__u64 out_busy;        /* a CPU is walking the server's bytes */
+	__u64 fifo_head;       /* writes awaiting answers: a ring, pushed at ingress... */
+	__u64 fifo_tail;       /* ...settled at egress */
+	__u32 gen;             /* server generation */
+	/* client -> server */
+	__u32 in_seq;          /* next sequence number expected */
+	__u32 in_skip;         /* bytes of a data block still to come */
+	__u32 in_cmds;         /* commands seen that the server answers */
+	__u32 in_part_len;
+	/* server -> client */
+	__u32 out_seq;
+	__u32 out_skip;        /* bytes of a value still to come */
+	__u32 out_answers;     /* answers seen */
+	__u32 out_part_len;
+	__u32 pad;
+	struct ink_pending_write fifo[CONN_FIFO];
+	__u8 in_part[PART_MAX];
+	__u8 out_part[PART_MAX];
 };
 
 /* A get request passed to the server, waiting for its reply (which may fill the cache). */

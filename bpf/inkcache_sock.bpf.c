@@ -30,6 +30,10 @@ static __always_inline void empty_cache(void)
 	if (!g)
 		return;
 	g->flush_ns = bpf_ktime_get_ns();
+	/* writes the old server never answered will never be applied: their counts and the
+	 * connections they came on are void */
+	__sync_fetch_and_add(&g->gen, 1);
+	g->flush_open = 0;
 	stat_inc(ST_INVALIDATIONS);
 	stat_inc(ST_INVAL_RESTART);
 }

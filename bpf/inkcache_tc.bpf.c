@@ -11,6 +11,7 @@
 #include "maps.h"
 #include "proto.h"
 #include "cache.h"
+#include "stream.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -23,7 +24,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	struct ink_global *g = global_state();
 	int kend, fend, bend, cend, eol, bytes;
 	__u32 kpos, klen, item_len, hdr, cas = 0, skip = 0;
-	__u64 h, now, exp, *hint;
+	__u64 h, now, exp;
 
 	if (!s || !g || off >= end || end > SCRATCH_LEN)
 		return -1;
@@ -72,13 +73,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	h = key_hash(kpos, klen);
 	now = bpf_ktime_get_ns();
 	/* expiry: learned from the last mutation of this key, else bounded by max_age */
-	hint = bpf_map_lookup_elem(&ttl_hints, &h);
-	if (hint)
-		exp = *hint;
-	else if (g->hint_overflow)
-		exp = EXP_UNKNOWN;
-	else
-		exp = now + max_age_ns;
+	exp = fill_expiry(h, now, g);
 	if (exp <= now) {
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;
@@ -95,6 +90,212 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	return item_len;
 }
 
+/* A walk over the server's answers in scratch.buf[pos, len) (see struct walk in the XDP
+ * program: ret is where it stopped, the start of a line not complete yet, or len). */
+struct walk {
+	__u32 pos;
+	__u32 len;
+	int ret;
+	__u32 pad;
+};
+
+static __always_inline long walk_stop(struct walk *w, int ret)
+{
+	w->ret = ret;
+	return 1;
+}
+
+/* One answer line at w->pos (a bpf_loop callback). A VALUE line is part of a retrieval answer
+ * (its data skipped by length; END closes the answer), STAT, ITEM and PREFIX lines part of a stats
+ * answer; any other line closes an answer (VA with its data). An error may answer a line that
+ * was not a command (a bad data block): the count can no longer be trusted. */
+static long walk_answer(__u32 i, void *ctx)
+{
+	struct walk *w = ctx;
+	struct scratch *s = get_scratch();
+	__u32 pos = w->pos, len = w->len, n;
+	int eol, tend, t1, t2, t3, bytes = -1;
+
+	if (!s)
+		return walk_stop(w, -1);
+	if (pos >= len)
+		return walk_stop(w, len);
+	eol = scan_eol(pos, len);
+	if (eol < 0)
+		return walk_stop(w, pos); /* the rest of the line comes in the next segment */
+	tend = scan_token(pos, eol);
+	if (tend < 0)
+		return walk_stop(w, -1);
+	n = (__u32)tend - pos;
+	w->pos = eol + 1;
+	if (n == 5 && buf_eq(s, pos, "VALUE", 5)) { /* VALUE <key> <flags> <bytes>[ <cas>] */
+		t1 = scan_token(tend + 1, eol);
+		t2 = t1 < 0 ? -1 : scan_token(t1 + 1, eol);
+		t3 = t2 < 0 ? -1 : scan_token(t2 + 1, eol);
+		if (t3 >= 0)
+			bytes = parse_uint(t2 + 1, t3);
+	} else if (n == 2 && buf_eq(s, pos, "VA", 2)) { /* VA <size> <flag>* */
+		t1 = scan_token(tend + 1, eol);
+		if (t1 >= 0)
+			bytes = parse_uint(tend + 1, t1);
+		s->ws.answers++;
+	} else if ((n == 4 && (buf_eq(s, pos, "STAT", 4) || buf_eq(s, pos, "ITEM", 4))) ||
+		   (n == 6 && buf_eq(s, pos, "PREFIX", 6))) {
+		return 0;
+	} else if ((n == 5 && buf_eq(s, pos, "ERROR", 5)) ||
+		   (n == 12 && (buf_eq(s, pos, "CLIENT_ERROR", 12) ||
+				buf_eq(s, pos, "SERVER_ERROR", 12)))) {
+		s->ws.desync = 1;
+		return walk_stop(w, len);
+	} else {
+		s->ws.answers++;
+		return 0;
+	}
+	if (bytes < 0) {
+		s->ws.desync = 1;
+		return walk_stop(w, len);
+	}
+	{
+		__u32 next = eol + 1 + (__u32)bytes + 2;
+		if (next > len) {
+			s->ws.skip = next - len;
+			return walk_stop(w, len);
+		}
+		w->pos = next;
+	}
+	return 0;
+}
+
+#define WALK_MAX 512
+
+/* Counts the answers in scratch.buf[0, len) into scratch.ws.answers; returns where it stopped. */
+__noinline int count_answers(__u32 len)
+{
+	struct scratch *s = get_scratch();
+	struct walk w = { .pos = 0, .len = len, .ret = -2 };
+
+	if (!s)
+		return -1;
+	s->ws.skip = 0;
+	bpf_loop(WALK_MAX, walk_answer, &w, 0);
+	if (w.ret == -2) {
+		s->ws.desync = 1;
+		return len;
+	}
+	return w.ret;
+}
+
+/* The server's bytes on a followed connection (the segment with sequence number `seq`, plen bytes
+ * at payload_off): counts its answers and settles the writes they answer. */
+__noinline int egress_stream(struct __sk_buff *skb, __u32 payload_off, __u32 plen, __u32 seq)
+{
+	struct scratch *s = get_scratch();
+	struct ink_global *g = global_state();
+	struct ink_conn *c;
+	__u32 off = 0, part, done = 0;
+	int d;
+
+	if (!s || !g || !skb)
+		return 0;
+	c = bpf_map_lookup_elem(&conns, &s->ws.ck);
+	if (!c || c->gen != (__u32)g->gen || (c->flags & (CONN_DESYNC | CONN_INEXACT)))
+		return 0;
+	if (!(c->flags & CONN_OUT_OK))
+		goto lost; /* the server's first bytes were not seen */
+	d = (int)(seq - c->out_seq);
+	if (d > 0)
+		goto lost;
+	if (d < 0) {
+		if ((__u32)-d >= plen)
+			return 0;
+		off = (__u32)-d;
+	}
+	if (__sync_val_compare_and_swap(&c->out_busy, 0, 1))
+		goto lost;
+	s->ws.desync = 0;
+	s->ws.answers = c->out_answers;
+	part = c->out_part_len;
+	if (part > PART_MAX || part_io(DIR_OUT, part, 0))
+		goto release_lost;
+	s->ws.skip = c->out_skip;
+	for (__u32 i = 0; i < CHUNKS_MAX; i++) {
+		__u64 n;
+		__u32 end;
+		int r;
+		if (off >= plen) {
+			done = 1;
+			break;
+		}
+		if (s->ws.skip) { /* the rest of a value */
+			n = plen - off;
+			if (n > s->ws.skip)
+				n = s->ws.skip;
+			s->ws.skip -= n;
+			off += n;
+			continue;
+		}
+		n = plen - off;
+		if (n > CHUNK)
+			n = CHUNK;
+		barrier_var(n);
+		if (n == 0 || n > CHUNK)
+			goto release_lost;
+		part &= 511;
+		if (bpf_skb_load_bytes(skb, payload_off + off, &s->buf[part], n))
+			goto release_lost;
+		end = part + n;
+		r = count_answers(end);
+		if (r < 0 || s->ws.desync || end - (__u32)r > PART_MAX)
+			goto release_lost;
+		buf_shift(r, end - r);
+		part = end - r;
+		off += n;
+	}
+	if (!done || part_io(DIR_OUT, part, 1))
+		goto release_lost;
+	c->out_part_len = part;
+	c->out_answers = s->ws.answers;
+	c->out_skip = s->ws.skip;
+	c->out_seq = seq + plen;
+	c->out_busy = 0;
+	/* the server applied every write it has now answered */
+	settle(s->ws.answers, SETTLE_ANSWERED);
+	return 0;
+release_lost:
+	c->out_busy = 0;
+lost:
+	conn_lost(CONN_INEXACT);
+	return 0;
+}
+
+/* A TCP segment from the server. */
+static __always_inline void tcp_egress(struct __sk_buff *skb, struct scratch *s, struct pkt *p)
+{
+	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+	struct tcphdr *tcp = data + (p->l4_off & 127);
+	struct ink_conn *c;
+	__u32 seq;
+
+	if ((void *)(tcp + 1) > data_end)
+		return;
+	conn_key(s, p, 0);
+	c = bpf_map_lookup_elem(&conns, &s->ws.ck);
+	if (!c)
+		return;
+	seq = bpf_ntohl(tcp->seq);
+	if (tcp->syn) {
+		if (tcp->ack) {
+			c->out_seq = seq + 1;
+			__sync_fetch_and_or(&c->flags, CONN_OUT_OK);
+		}
+		return;
+	}
+	if (p->payload_len)
+		egress_stream(skb, p->payload_off, p->payload_len, seq);
+	if (tcp->fin || tcp->rst)
+		conn_close(SETTLE_CLOSED); /* the server applies nothing more from this connection */
+}
+
 SEC("tc")
 int inkcache_tc_egress(struct __sk_buff *skb)
 {
@@ -107,25 +308,29 @@ int inkcache_tc_egress(struct __sk_buff *skb)
 	__u64 req_ts;
 	__u16 port;
 
-	if (parse_packet(data, data_end, &p) == PARSE_BAD) {
+	if (parse_frame(data, data_end, skb->len, &p) == PARSE_BAD) {
 		/* headers may sit outside the linear area */
 		if (bpf_skb_pull_data(skb, skb->len < 128 ? skb->len : 128))
 			return TC_ACT_OK;
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
-		if (parse_packet(data, data_end, &p) != PARSE_OK)
+		if (parse_frame(data, data_end, skb->len, &p) != PARSE_OK)
 			return TC_ACT_OK;
 	}
-	if (p.proto != IPPROTO_UDP)
-		return TC_ACT_OK;
 	port = bpf_ntohs(p.sport);
 	if (!bpf_map_lookup_elem(&ports, &port))
 		return TC_ACT_OK;
-	plen = p.payload_len;
-	if (plen < UDP_HDR_MC + 5 || plen > DGRAM_MAX)
-		return TC_ACT_OK;
 	s = get_scratch();
 	if (!s)
+		return TC_ACT_OK;
+	if (p.proto == IPPROTO_TCP) {
+		tcp_egress(skb, s, &p);
+		return TC_ACT_OK;
+	}
+	if (p.proto != IPPROTO_UDP)
+		return TC_ACT_OK;
+	plen = p.payload_len;
+	if (plen < UDP_HDR_MC + 5 || plen > DGRAM_MAX)
 		return TC_ACT_OK;
 	/* the frame header and the first word first: most replies stop here */
 	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, UDP_HDR_MC + 6))

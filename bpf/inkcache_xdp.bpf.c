@@ -13,6 +13,8 @@
 #include "proto.h"
 #include "cache.h"
 #include "reply.h"
+#include "binproto.h"
+#include "stream.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -55,12 +57,15 @@ __noinline __u64 meta_exp(__u32 pos, __u32 eol, __u64 dflt)
 
 /* flush_all [delay]: voids everything now and, with a delay, refuses fills until the delayed
  * flush has surely happened in the server. */
-static __always_inline void flush_command(__u32 tend, int eol)
+static __always_inline void flush_command(__u32 tend, int eol, __u32 exact)
 {
 	struct ink_global *g = global_state();
 	__u64 now = bpf_ktime_get_ns(), until = 0;
 
-	invalidate_all(ST_INVAL_FLUSH);
+	if (exact)
+		flush_exact();
+	else
+		invalidate_all(ST_INVAL_FLUSH);
 	if (!g || invalidation_off)
 		return;
 	if (eol < 0) {
@@ -77,129 +82,378 @@ static __always_inline void flush_command(__u32 tend, int eol)
 		g->fill_block_until = until;
 }
 
-/* Walks the commands of a request segment (TCP or UDP) and invalidates every key a command may
- * change, recording the expiry it sets. Anything it cannot parse with certainty invalidates the
- * whole cache. */
-__noinline int invalidate_mutations(__u32 len)
+/* Meta command flags that matter here (meta_scan). */
+#define MF_QUIET 1   /* q: the answer may be left out */
+#define MF_B64   2   /* b: the key is base64, not the bytes seen */
+#define MF_WRITE 4   /* T N E R: mg changes the item */
+#define MF_COND  8   /* C M I: ms may leave the old item (and its expiry) in place */
+
+/* The flags among the tokens in [pos, eol), or -1 if there are more than we walk. */
+__noinline int meta_scan(__u32 pos, __u32 eol)
 {
 	struct scratch *s = get_scratch();
-	__u32 pos = 0;
+	int f = 0;
 
 	if (!s)
 		return -1;
-	for (__u32 c = 0; c < MAX_CMDS; c++) {
-		int tend, eol, kend, cmd, t1, t2, t3, bytes = 0;
-		__u32 kpos, klen;
-		__u64 exp;
+	for (__u32 i = 0; i < 24; i++) {
+		int t;
+		__u8 c;
+		if (pos >= eol)
+			return f;
+		t = scan_token(pos, eol);
+		if (t < 0)
+			return -1;
+		if ((__u32)t > pos) {
+			c = BUF(s, pos);
+			if (c == 'q')
+				f |= MF_QUIET;
+			else if (c == 'b')
+				f |= MF_B64;
+			else if (c == 'T' || c == 'N' || c == 'E' || c == 'R')
+				f |= MF_WRITE;
+			else if (c == 'C' || c == 'M' || c == 'I')
+				f |= MF_COND;
+		}
+		pos = t + 1;
+	}
+	return pos >= eol ? f : -1;
+}
 
-		if (pos >= len)
-			return 0;
-		eol = scan_eol(pos, len);
-		tend = scan_token(pos, len);
-		if (tend < 0 || (__u32)tend <= pos)
-			goto unsure; /* leading space or empty line: memcached would say ERROR, but be safe */
-		cmd = classify(s, pos, (__u32)tend - pos);
-		if (cmd == CMD_UNKNOWN)
-			goto unsure;
-		if (cmd == CMD_HARMLESS || cmd == CMD_GET) {
-			if (eol < 0)
-				return 0; /* rest of a read-only line comes in the next segment */
-			pos = eol + 1;
-			continue;
-		}
+/* A walk over scratch.buf[pos, len): where it stopped (the start of a line not complete yet, or
+ * len), or -1 when it could not be sure (then everything was invalidated). */
+struct walk {
+	__u32 pos;
+	__u32 len;
+	int ret;
+	__u32 pad;
+};
+
+static __always_inline long walk_stop(struct walk *w, int ret)
+{
+	w->ret = ret;
+	return 1;
+}
+
+/* One command at w->pos (a bpf_loop callback: the verifier checks it once). Invalidates every key
+ * it may change and counts the answers the server will give. On a followed connection
+ * (scratch.ws.tracked) a line not complete yet stops the walk, to be carried over; otherwise
+ * (UDP, connections not followed) the segment is all there is, and a cut line is judged on what
+ * it shows. */
+static long walk_command(__u32 i, void *ctx)
+{
+	struct walk *w = ctx;
+	struct scratch *s = get_scratch();
+	__u32 pos = w->pos, len = w->len, kpos, klen, e, answers, exact;
+	int tend, eol, kend, cmd, t1, t2, t3, bytes = 0, mf = 0, write = 1;
+	__u64 exp;
+
+	if (!s)
+		return walk_stop(w, -1);
+	if (pos >= len)
+		return walk_stop(w, len);
+	exact = s->ws.exact;
+	eol = scan_eol(pos, len);
+	if (eol < 0 && s->ws.stream)
+		return walk_stop(w, pos); /* the rest of the line comes in the next segment */
+	tend = scan_token(pos, len);
+	if (tend < 0 || (__u32)tend <= pos)
+		goto unsure; /* leading space or empty line: memcached says ERROR; be safe */
+	cmd = classify(s, pos, (__u32)tend - pos);
+	if (cmd == CMD_UNKNOWN)
+		goto unsure;
+	if (eol < 0) {
+		/* a cut line on a stream not followed: judge it on what it shows */
+		if (cmd == CMD_HARMLESS || cmd == CMD_GET || cmd == CMD_QUIT)
+			return walk_stop(w, len);
 		if (cmd == CMD_FLUSH) {
-			flush_command(tend, eol);
-			if (eol < 0)
-				return 0;
-			pos = eol + 1;
-			continue;
+			flush_command(tend, -1, 0);
+			return walk_stop(w, len);
 		}
-		kpos = tend + 1;
-		if (cmd == CMD_GAT) { /* gat <exptime> <key>* */
-			int xend = scan_token(kpos, len);
-			if (xend < 0 || eol < 0 || (__u32)xend >= (__u32)eol)
-				goto unsure;
-			exp = exp_from_token(kpos, xend);
-			kpos = xend + 1;
-			for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
-				kend = scan_token(kpos, eol);
-				if (kend < 0 || (__u32)kend <= kpos)
-					break;
-				if ((__u32)kend - kpos > KEY_MAX)
-					goto unsure;
-				invalidate_key(kpos, (__u32)kend - kpos, exp);
-				kpos = kend + 1;
-				if (kpos >= (__u32)eol)
-					break;
-			}
-			if (kpos < (__u32)eol - 1)
-				goto unsure; /* more keys than we walked */
-			pos = eol + 1;
-			continue;
-		}
-		/* One key as the second token. If the line is cut before the key ends we cannot know
-		 * the key. */
+		if (cmd == CMD_GAT || cmd == CMD_META_SET || cmd == CMD_META_GET ||
+		    cmd == CMD_META_ARITH || cmd == CMD_META_DEL)
+			goto unsure; /* flags (b, q) or keys may follow */
 		if ((__u32)tend >= len || BUF(s, tend) != ' ')
 			goto unsure;
+		kpos = tend + 1;
 		kend = scan_token(kpos, len);
-		if (kend < 0 || (__u32)kend <= kpos || (__u32)kend >= len || (__u32)kend - kpos > KEY_MAX)
+		if (kend < 0 || (__u32)kend <= kpos || (__u32)kend >= len ||
+		    (__u32)kend - kpos > KEY_MAX)
+			goto unsure;
+		exp = cmd == CMD_DELETE ? HINT_DELETE : cmd == CMD_ARITH ? HINT_KEEP : EXP_UNKNOWN;
+		invalidate_key(kpos, (__u32)kend - kpos, exp);
+		return walk_stop(w, len);
+	}
+
+	/* a complete line [pos, eol]; its content ends before "\r\n" (or a bare "\n") */
+	e = (__u32)eol;
+	if (e > pos && BUF(s, e - 1) == '\r')
+		e--;
+	answers = 1;
+	if (e - pos >= 8 && BUF(s, e - 8) == ' ' && buf_eq(s, e - 7, "noreply", 7))
+		answers = 0;
+	w->pos = eol + 1;
+
+	switch (cmd) {
+	case CMD_GET:
+		break;
+	case CMD_QUIT:
+		answers = 0;
+		break;
+	case CMD_HARMLESS:
+		if (buf_eq(s, pos, "m", 1)) { /* mn, me: flags may ask for quiet mode */
+			mf = meta_scan(tend + 1, e);
+			if (mf < 0 || (mf & MF_QUIET)) {
+				s->ws.desync = 1;
+				s->ws.exact = 0;
+			}
+		}
+		break;
+	case CMD_FLUSH:
+		flush_command(tend, eol, exact && answers);
+		break;
+	case CMD_GAT: { /* gat <exptime> <key>*: one answer for all keys */
+		int xend = scan_token(tend + 1, e);
+		if (xend < 0 || (__u32)xend >= e)
+			goto unsure;
+		exp = exp_from_token(tend + 1, xend);
+		kpos = xend + 1;
+		for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
+			kend = scan_token(kpos, e);
+			if (kend < 0 || (__u32)kend <= kpos)
+				break;
+			if ((__u32)kend - kpos > KEY_MAX)
+				goto unsure;
+			invalidate_key_x(kpos, (__u32)kend - kpos, exp, exact);
+			kpos = kend + 1;
+			if (kpos >= e)
+				break;
+		}
+		if (kpos < e)
+			goto unsure; /* more keys than we walked */
+		break;
+	}
+	default:
+		/* <cmd> <key> ...: the key is the second token */
+		if (BUF(s, tend) != ' ')
+			goto unsure;
+		kpos = tend + 1;
+		kend = scan_token(kpos, e);
+		if (kend < 0 || (__u32)kend <= kpos || (__u32)kend - kpos > KEY_MAX)
 			goto unsure;
 		klen = (__u32)kend - kpos;
-		if (eol < 0) {
-			/* the key is known, the rest of the command comes in the next segment */
-			exp = cmd == CMD_DELETE || cmd == CMD_META_DEL ? HINT_DELETE :
-			      cmd == CMD_ARITH ? HINT_KEEP : EXP_UNKNOWN;
-			invalidate_key(kpos, klen, exp);
-			return 0;
-		}
 		switch (cmd) {
 		case CMD_STORE: /* <cmd> <key> <flags> <exptime> <bytes> [<cas>] [noreply] */
-			t1 = scan_token(kend + 1, eol);
-			t2 = t1 < 0 ? -1 : scan_token(t1 + 1, eol);
-			t3 = t2 < 0 ? -1 : scan_token(t2 + 1, eol);
+			t1 = scan_token(kend + 1, e);
+			t2 = t1 < 0 || (__u32)t1 >= e ? -1 : scan_token(t1 + 1, e);
+			t3 = t2 < 0 || (__u32)t2 >= e ? -1 : scan_token(t2 + 1, e);
 			if (t3 < 0)
 				goto unsure;
 			exp = exp_from_token(t1 + 1, t2);
 			bytes = parse_uint(t2 + 1, t3);
+			if (bytes < 0)
+				goto unsure;
+			/* add and cas may fail and leave the old item and its expiry */
+			if (BUF(s, pos) == 'a' && BUF(s, pos + 1) == 'd')
+				exp = exp_either(key_hash(kpos, klen), exp);
+			else if (BUF(s, pos) == 'c')
+				exp = exp_either(key_hash(kpos, klen), exp);
 			break;
 		case CMD_META_SET: /* ms <key> <datalen> <flag>* */
-			t1 = scan_token(kend + 1, eol);
+			t1 = scan_token(kend + 1, e);
 			if (t1 < 0)
 				goto unsure;
 			bytes = parse_uint(kend + 1, t1);
-			exp = meta_exp(t1 + 1, eol, EXP_NEVER);
+			if (bytes < 0)
+				goto unsure;
+			mf = meta_scan(t1 + 1, e);
+			exp = meta_exp(t1 + 1, e, EXP_NEVER);
+			if (mf > 0 && (mf & MF_COND)) /* a mode or a CAS: may leave the old item */
+				exp = exp_either(key_hash(kpos, klen), exp);
 			break;
 		case CMD_TOUCH: /* touch <key> <exptime> [noreply] */
-			t1 = scan_token(kend + 1, eol);
+			t1 = scan_token(kend + 1, e);
 			exp = t1 < 0 ? EXP_UNKNOWN : exp_from_token(kend + 1, t1);
 			break;
 		case CMD_DELETE:
+			exp = HINT_DELETE;
+			break;
 		case CMD_META_DEL:
+			mf = meta_scan(kend + 1, e);
 			exp = HINT_DELETE;
 			break;
 		case CMD_ARITH:
 			exp = HINT_KEEP;
 			break;
-		default: /* mg, ma */
-			exp = meta_exp(kend + 1, eol, HINT_KEEP);
+		case CMD_META_GET:
+			mf = meta_scan(kend + 1, e);
+			write = mf < 0 || (mf & MF_WRITE);
+			exp = meta_exp(kend + 1, e, HINT_KEEP);
+			break;
+		default: /* ma */
+			mf = meta_scan(kend + 1, e);
+			exp = meta_exp(kend + 1, e, HINT_KEEP);
 			break;
 		}
-		invalidate_key(kpos, klen, exp);
-		if (cmd == CMD_STORE || cmd == CMD_META_SET) {
-			if (bytes < 0)
-				goto unsure;
-			pos = eol + 1 + bytes + 2; /* skip the data block */
-			if (pos > len)
-				return 0; /* the data block continues in the next segment */
-			continue;
+		if (mf < 0)
+			goto unsure;
+		if (mf & MF_QUIET) {
+			/* the answer may be left out: the count can no longer be trusted */
+			s->ws.desync = 1;
+			s->ws.exact = 0;
+			exact = 0;
+			answers = 0;
 		}
-		pos = eol + 1;
+		if (write) {
+			if (mf & MF_B64)
+				invalidate_all(ST_INVAL_UNPARSABLE); /* the real key is not what we see */
+			else
+				invalidate_key_x(kpos, klen, exp, exact && answers);
+		}
+		if (cmd == CMD_STORE || cmd == CMD_META_SET) {
+			/* skip the data block: <bytes> and "\r\n" */
+			__u32 next = eol + 1 + (__u32)bytes + 2;
+			if (exact && answers)
+				s->ws.cmds++;
+			if (next > len) {
+				s->ws.skip = next - len;
+				return walk_stop(w, len);
+			}
+			w->pos = next;
+			return 0;
+		}
 	}
-	if (pos >= len)
-		return 0;
+	if (exact && answers)
+		s->ws.cmds++;
+	return 0;
 unsure:
 	invalidate_all(ST_INVAL_UNPARSABLE);
-	return 1;
+	return walk_stop(w, -1);
+}
+
+#define WALK_MAX 512 /* commands walked per chunk; more: not sure */
+
+/* Walks the commands in scratch.buf[pos, len) (TCP or UDP) and invalidates every key they may
+ * change. Returns where it stopped (see struct walk), or -1 when it could not be sure (everything
+ * was invalidated). scratch.ws says whether the stream is followed and carries the counts. */
+__noinline int invalidate_mutations(__u32 pos, __u32 len)
+{
+	struct scratch *s = get_scratch();
+	struct walk w = { .pos = pos, .len = len, .ret = -2 };
+
+	if (!s)
+		return -1;
+	s->ws.skip = 0;
+	bpf_loop(WALK_MAX, walk_command, &w, 0);
+	if (w.ret == -2) { /* more commands than we walk */
+		invalidate_all(ST_INVAL_UNPARSABLE);
+		return -1;
+	}
+	return w.ret;
+}
+
+/* The client's bytes of a followed connection, segment by segment: the segment with sequence
+ * number `seq` carries plen bytes at payload_off. Returns 0 if walked, 1 if the connection is not
+ * (or no longer) followed: the caller walks the segment on its own. */
+__noinline int ingress_stream(struct xdp_md *ctx, __u32 payload_off, __u32 plen, __u32 seq)
+{
+	struct scratch *s = get_scratch();
+	struct ink_global *g = global_state();
+	struct ink_conn *c;
+	__u32 off = 0, part, done = 0;
+	int d;
+
+	if (!s || !g || !ctx)
+		return 1;
+	c = bpf_map_lookup_elem(&conns, &s->ws.ck);
+	if (!c)
+		return 1;
+	if (c->gen != (__u32)g->gen || (c->flags & CONN_DESYNC))
+		return 1;
+	d = (int)(seq - c->in_seq);
+	if (d > 0) { /* bytes before this segment were never seen here */
+		conn_lost(CONN_DESYNC);
+		return 1;
+	}
+	if (d < 0) { /* a retransmission: only what follows in_seq is new */
+		if ((__u32)-d >= plen)
+			return 0;
+		off = (__u32)-d;
+	}
+	if (__sync_val_compare_and_swap(&c->in_busy, 0, 1)) { /* another CPU has this direction */
+		conn_lost(CONN_DESYNC);
+		return 1;
+	}
+	s->ws.stream = 1;
+	s->ws.exact = !(c->flags & CONN_INEXACT);
+	s->ws.desync = 0;
+	s->ws.cmds = c->in_cmds;
+	part = c->in_part_len;
+	if (part > PART_MAX || part_io(DIR_IN, part, 0))
+		goto unsure;
+	s->ws.skip = c->in_skip;
+	for (__u32 i = 0; i < CHUNKS_MAX; i++) {
+		__u64 n;
+		__u32 end;
+		int r;
+		if (off >= plen) {
+			done = 1;
+			break;
+		}
+		if (s->ws.skip) { /* the rest of a data block */
+			n = plen - off;
+			if (n > s->ws.skip)
+				n = s->ws.skip;
+			s->ws.skip -= n;
+			off += n;
+			continue;
+		}
+		n = plen - off;
+		if (n > CHUNK)
+			n = CHUNK;
+		barrier_var(n);
+		if (n == 0 || n > CHUNK)
+			goto unsure;
+		part &= 511;
+		if (bpf_xdp_load_bytes(ctx, payload_off + off, &s->buf[part], n))
+			goto unsure;
+		end = part + n;
+		if (part == 0 && BUF(s, 0) == BIN_REQ_MAGIC) {
+			/* binary protocol: requests framed by their body length; quiet commands leave
+			 * answers out, so writes fall back to the quarantine */
+			__s64 rest = invalidate_binary(0, end);
+			if (rest < 0)
+				goto lost; /* everything was invalidated */
+			s->ws.desync = 1;
+			s->ws.skip = (__u32)rest;
+			off += n;
+			continue;
+		}
+		r = invalidate_mutations(0, end);
+		if (r < 0)
+			goto lost; /* not sure of the stream: everything was invalidated */
+		if (end - (__u32)r > PART_MAX)
+			goto unsure; /* a line longer than we carry */
+		buf_shift(r, end - r);
+		part = end - r;
+		off += n;
+	}
+	if (!done || part_io(DIR_IN, part, 1))
+		goto unsure; /* a segment longer than we walk */
+	if (s->ws.desync)
+		conn_lost(CONN_INEXACT);
+	c->in_part_len = part;
+	c->in_cmds = s->ws.cmds;
+	c->in_skip = s->ws.skip;
+	c->in_seq = seq + plen;
+	c->in_busy = 0;
+	return 0;
+unsure:
+	invalidate_all(ST_INVAL_UNPARSABLE);
+lost:
+	c->in_busy = 0;
+	conn_lost(CONN_DESYNC);
+	return 0;
 }
 
 /* What XDP learned of each interface's frames (per CPU, slot ifindex % 64): the smallest growth
@@ -387,11 +641,36 @@ int inkcache_xdp(struct xdp_md *ctx)
 	}
 
 	if (p.proto == IPPROTO_TCP) {
+		struct tcphdr *tcp = data + (p.l4_off & 127);
+		__u32 seq;
+
+		if ((void *)(tcp + 1) > data_end) {
+			stat_inc(ST_ERRORS);
+			invalidate_all(ST_INVAL_UNPARSABLE);
+			return XDP_PASS;
+		}
+		seq = bpf_ntohl(tcp->seq);
+		conn_key(s, &p, 1);
+		if (tcp->syn && !tcp->ack) {
+			conn_open(seq + 1);
+			return XDP_PASS;
+		}
+		if (tcp->rst) {
+			/* the server may still apply what it read: its writes fall back to the quarantine */
+			conn_close(SETTLE_LOST);
+			return XDP_PASS;
+		}
 		plen = p.payload_len;
 		if (plen == 0) {
 			stat_inc(ST_PASSED);
 			return XDP_PASS;
 		}
+		if (!ingress_stream(ctx, p.payload_off, plen, seq))
+			return XDP_PASS;
+		/* a connection not followed (seen mid-stream, or no room to follow it): the segment is
+		 * walked on its own, writes fall back to the quarantine */
+		s->ws.stream = 0;
+		s->ws.exact = 0;
 		if (plen > SCRATCH_LEN)
 			plen = SCRATCH_LEN; /* commands beyond are unseen: the parser then cannot be sure */
 		if (bpf_xdp_load_bytes(ctx, p.payload_off, s->buf, plen)) {
@@ -399,11 +678,12 @@ int inkcache_xdp(struct xdp_md *ctx)
 			stat_inc(ST_ERRORS);
 			return XDP_PASS;
 		}
-		if (plen < p.payload_len) {
+		if (plen < p.payload_len)
 			invalidate_all(ST_INVAL_UNPARSABLE);
-		} else {
-			invalidate_mutations(plen);
-		}
+		else if (BUF(s, 0) == BIN_REQ_MAGIC)
+			invalidate_binary(0, plen);
+		else
+			invalidate_mutations(0, plen);
 		return XDP_PASS;
 	}
 
@@ -433,7 +713,13 @@ int inkcache_xdp(struct xdp_md *ctx)
 		return handle_get(ctx, s, &p, plen, req_id, 0);
 	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
 		return handle_get(ctx, s, &p, plen, req_id, 1);
-	invalidate_mutations(plen);
+	/* UDP writes are not answered in order: they fall back to the quarantine */
+	s->ws.stream = 0;
+	s->ws.exact = 0;
+	if (BUF(s, 0) == BIN_REQ_MAGIC)
+		invalidate_binary(0, plen);
+	else
+		invalidate_mutations(0, plen);
 	stat_inc(ST_PASSED);
 	return XDP_PASS;
 }

@@ -17,8 +17,11 @@ struct ink_global {
 	__u32 hint_overflow;    /* ttl_hints was full once: keys without a hint are not cached */
 	__u32 pad2;             /* was grow_fail_min: replies XDP has no room for are now answered
 				 * by TC ingress (XDP learns each interface's room: xdp_room) */
-	__u32 gen;              /* server generation: a restart voids every set's open count */
-	__u32 pad0;
+	__u64 gen;              /* server generation: a restart voids every set's open count */
+	__s64 flush_open;       /* flush_all commands the server has not answered yet */
+	__u64 hint_gen;         /* bumped when a segment could not be parsed: it may have changed
+				 * any key's expiry, so hints recorded before are no longer trusted */
+	__u64 flush_open_since; /* arrival of the latest of them */
 	__u64 pad1[4];          /* keep the arena head (written by every fill) off this cache line */
 	__u64 head;             /* arena log head, 16-byte units; only grows */
 };
@@ -62,6 +65,15 @@ struct {
 	__uint(max_entries, 256);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } allow SEC(".maps");
+
+/* TCP connections to the server followed from their SYN. --max-conns decides the size; a
+ * connection that finds it full is not followed (its writes use the quarantine). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct ink_conn_key);
+	__type(value, struct ink_conn);
+	__uint(max_entries, 4096);
+} conns SEC(".maps");
 
 /* Get requests passed to the server; their replies may fill the cache. */
 struct {

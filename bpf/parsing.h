@@ -51,7 +51,9 @@ static __always_inline void map_v4(__u8 *dst, __be32 a)
 	__builtin_memcpy(dst + 12, &a, 4);
 }
 
-static __always_inline int parse_packet(void *data, void *data_end, struct pkt *p)
+/* Headers must lie in [data, data_end); lengths are checked against frame_len, the whole frame
+ * (for an skb, skb->len: its payload may sit outside the linear area). */
+static __always_inline int parse_frame(void *data, void *data_end, __u32 frame_len, struct pkt *p)
 {
 	struct ethhdr *eth = data;
 	__u32 off = sizeof(*eth);
@@ -82,7 +84,7 @@ static __always_inline int parse_packet(void *data, void *data_end, struct pkt *
 		if (ip->frag_off & bpf_htons(0x3fff)) /* MF or offset: a fragment */
 			return PARSE_OTHER;
 		tot = bpf_ntohs(ip->tot_len);
-		if (tot < ihl || data + off + tot > data_end)
+		if (tot < ihl || off + tot > frame_len)
 			return PARSE_BAD;
 		p->ipv6 = 0;
 		p->ip_opts = ihl > sizeof(*ip);
@@ -106,7 +108,7 @@ static __always_inline int parse_packet(void *data, void *data_end, struct pkt *
 		off += sizeof(*ip6);
 		p->l4_off = off;
 		p->payload_len = bpf_ntohs(ip6->payload_len);
-		if (data + off + p->payload_len > data_end)
+		if (off + p->payload_len > frame_len)
 			return PARSE_BAD;
 	} else {
 		return PARSE_OTHER;
@@ -140,6 +142,12 @@ static __always_inline int parse_packet(void *data, void *data_end, struct pkt *
 		return PARSE_OTHER;
 	}
 	return PARSE_OK;
+}
+
+/* A frame whose bytes are all at hand (XDP). */
+static __always_inline int parse_packet(void *data, void *data_end, struct pkt *p)
+{
+	return parse_frame(data, data_end, data_end - data, p);
 }
 
 #endif

@@ -14,6 +14,18 @@
 #define OUT_LEN      (SCRATCH_LEN + 64)
 #define OUT_MASK     (SCRATCH_LEN - 1)
 
+/* The command (or answer) stream being walked. */
+struct walk_state {
+	struct ink_conn_key ck;  /* its connection */
+	__u32 stream;          /* walking a followed stream: a cut line is carried over */
+	__u32 exact;           /* writes are settled by the server's answers (else: quarantine) */
+	__u32 desync;          /* the walker found the answers can no longer be counted */
+	__u32 cmds;            /* ingress: answers the commands so far will get (next one's index) */
+	__u32 skip;            /* bytes of a data block past the end of what was walked */
+	__u32 answers;         /* egress: answers seen */
+	__u32 pad;
+};
+
 /* Arguments of table_fill (a BPF function takes at most five). */
 struct fill_args {
 	__u64 h;               /* key hash */
@@ -37,6 +49,7 @@ struct scratch {
 	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
 	__u32 need;                  /* reply length a lookup would have reached (LK_FULL) */
 	struct fill_args fa;
+	struct walk_state ws;
 };
 
 struct {
@@ -278,9 +291,11 @@ enum mc_cmd {
 	CMD_GAT,       /* gat gats: exptime, then keys */
 	CMD_META_SET,  /* ms <key> <datalen> <flags>* */
 	CMD_META_DEL,  /* md <key> <flags>* */
-	CMD_META_KEY,  /* mg ma <key> <flags>*: may mutate (mg T/N/E/R, ma): treated as a mutation */
+	CMD_META_GET,  /* mg <key> <flags>*: a write with T, N, E or R */
+	CMD_META_ARITH, /* ma <key> <flags>* */
 	CMD_FLUSH,     /* flush_all */
-	CMD_HARMLESS,  /* stats version verbosity quit mn me misbehave: no data changes */
+	CMD_HARMLESS,  /* stats version verbosity mn me: no data changes */
+	CMD_QUIT,      /* quit: no answer, the server closes */
 };
 
 static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
@@ -291,8 +306,10 @@ static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
 			return CMD_META_SET;
 		if (buf_eq(s, off, "md", 2))
 			return CMD_META_DEL;
-		if (buf_eq(s, off, "mg", 2) || buf_eq(s, off, "ma", 2))
-			return CMD_META_KEY;
+		if (buf_eq(s, off, "mg", 2))
+			return CMD_META_GET;
+		if (buf_eq(s, off, "ma", 2))
+			return CMD_META_ARITH;
 		if (buf_eq(s, off, "mn", 2) || buf_eq(s, off, "me", 2))
 			return CMD_HARMLESS;
 		return CMD_UNKNOWN;
@@ -312,7 +329,7 @@ static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
 		if (buf_eq(s, off, "gats", 4))
 			return CMD_GAT;
 		if (buf_eq(s, off, "quit", 4))
-			return CMD_HARMLESS;
+			return CMD_QUIT;
 		return CMD_UNKNOWN;
 	case 5:
 		if (buf_eq(s, off, "touch", 5))

@@ -46,8 +46,13 @@ pub struct AttachOpts {
     pub max_age_secs: u64,
     /// Get requests remembered while waiting for their replies (bounds the `pending` map).
     pub pending_entries: u32,
-    /// Milliseconds a written key's slot refuses fills (the server's time to apply a write).
+    /// Milliseconds a write the server does not answer (noreply, UDP, connections not followed)
+    /// keeps its key's set from filling (the server's time to apply a write).
     pub quarantine_ms: u64,
+    /// TCP connections followed so that writes are settled by the server's answers.
+    pub max_conns: u32,
+    /// Seconds after which a write still unanswered no longer blocks fills.
+    pub settle_max_secs: u64,
     /// Keys whose expiry the kernel remembers (bounds the `ttl_hints` map).
     pub ttl_hints: u32,
     /// Sources outside `allow` are answered by the kernel only with replies at most this many
@@ -55,6 +60,9 @@ pub struct AttachOpts {
     pub max_amplification: u32,
     /// Debug only: never invalidate (lets the consistency checker prove it can fail).
     pub debug_no_invalidation: bool,
+    /// Debug only: settle every write by the quarantine, never by the server's answer (shows
+    /// what the exact settling adds).
+    pub debug_quarantine_only: bool,
 }
 
 impl Default for AttachOpts {
@@ -69,9 +77,12 @@ impl Default for AttachOpts {
             max_age_secs: 60,
             pending_entries: 65536,
             quarantine_ms: 1000,
+            max_conns: 4096,
+            settle_max_secs: 60,
             ttl_hints: 262144,
             max_amplification: 0,
             debug_no_invalidation: false,
+            debug_quarantine_only: false,
         }
     }
 }
@@ -210,7 +221,9 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
             ro.n_segs = layout.segs;
             ro.max_age_ns = max_age_ns;
             ro.invalidation_off = opts.debug_no_invalidation as u32;
+            ro.settle_off = opts.debug_quarantine_only as u32;
             ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
+            ro.settle_max_ns = opts.settle_max_secs.saturating_mul(1_000_000_000);
         }};
     }
     // The constants of bpf/reply.h, which the XDP and TC ingress objects both compile.
@@ -241,6 +254,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         .maps
         .pending
         .set_max_entries(opts.pending_entries.max(1024))?;
+    xopen.maps.conns.set_max_entries(opts.max_conns.max(16))?;
     let xskel = xopen.load().map_err(|e| load_err("XDP", e))?;
 
     let mut tobj = MaybeUninit::uninit();
@@ -259,6 +273,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         t.pending.reuse_fd(x.pending.as_fd())?;
         t.global.reuse_fd(x.global.as_fd())?;
         t.meta.reuse_fd(x.meta.as_fd())?;
+        t.conns.reuse_fd(x.conns.as_fd())?;
     }
     let tskel = topen.load().map_err(|e| load_err("TC", e))?;
 
@@ -518,6 +533,8 @@ fn attach_one(
         item_max: ITEM_MAX as u32,
         max_age_secs: opts.max_age_secs,
         quarantine_ms: opts.quarantine_ms,
+        max_conns: opts.max_conns,
+        settle_max_secs: opts.settle_max_secs,
         group: group.to_vec(),
     };
     let pin = || -> Result<()> {
@@ -526,8 +543,9 @@ fn attach_one(
         for (name, link) in cg_links {
             pin_fd(link.as_fd(), &t.dir.join(name))?;
         }
-        let maps: [(&str, &dyn MapCore); 9] = [
+        let maps: [(&str, &dyn MapCore); 10] = [
             ("ttl_hints", &m.ttl_hints),
+            ("conns", &m.conns),
             ("sets", &m.sets),
             ("arena", &m.arena),
             ("stats", &m.stats),

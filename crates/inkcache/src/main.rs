@@ -50,10 +50,17 @@ enum Cmd {
         /// Get requests remembered while their replies are awaited.
         #[arg(long, default_value_t = 65536)]
         pending: u32,
-        /// Milliseconds a written key is not filled from replies (the server's time to apply a
-        /// write).
+        /// Milliseconds a write the server does not answer (noreply, UDP, connections not
+        /// followed) keeps its key from being filled (the server's time to apply a write).
         #[arg(long, default_value_t = 1000)]
         quarantine_ms: u64,
+        /// TCP connections followed from their SYN, so that each write is settled by the
+        /// server's answer to it (bounds the `conns` map, ~1 KiB each).
+        #[arg(long, default_value_t = 4096)]
+        max_conns: u32,
+        /// Seconds after which a write the server has still not answered stops blocking fills.
+        #[arg(long, default_value_t = 60)]
+        settle_max: u64,
         /// Keys whose expiry (learned from mutations) the kernel remembers.
         #[arg(long, default_value_t = 262144)]
         ttl_hints: u32,
@@ -64,6 +71,9 @@ enum Cmd {
         /// Debug: never invalidate (for proving the consistency checker can fail).
         #[arg(long, hide = true)]
         debug_no_invalidation: bool,
+        /// Debug: settle every write by the quarantine only (what the exact settling adds).
+        #[arg(long, hide = true)]
+        debug_quarantine_only: bool,
     },
     /// Remove everything `attach` put on an interface (other programs stay).
     Detach {
@@ -157,9 +167,12 @@ fn run(cli: Cli) -> Result<()> {
             max_age,
             pending,
             quarantine_ms,
+            max_conns,
+            settle_max,
             ttl_hints,
             max_amplification,
             debug_no_invalidation,
+            debug_quarantine_only,
         } => {
             let opts = AttachOpts {
                 ifaces,
@@ -171,9 +184,12 @@ fn run(cli: Cli) -> Result<()> {
                 max_age_secs: max_age,
                 pending_entries: pending,
                 quarantine_ms,
+                max_conns,
+                settle_max_secs: settle_max,
                 ttl_hints,
                 max_amplification,
                 debug_no_invalidation,
+                debug_quarantine_only,
             };
             for info in inkcache::attach(&opts)? {
                 println!(
@@ -248,9 +264,18 @@ fn fill(dir: &std::path::Path, total: u64, log_units: u64) -> Result<Fill> {
     let gv = g
         .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
         .context("empty global map")?;
+    // pinned by another build of inkcache (an upgrade): its layout may differ from ours
+    anyhow::ensure!(
+        gv.len() == size_of::<ink_global>(),
+        "attached by another version of inkcache"
+    );
     let at = offset_of!(ink_global, head);
     let head = u64::from_ne_bytes(gv[at..at + 8].try_into()?);
     let m = MapHandle::from_pinned_path(dir.join("sets")).context("opening the sets map")?;
+    anyhow::ensure!(
+        m.value_size() as usize == size_of::<ink_set>(),
+        "attached by another version of inkcache"
+    );
     let mut f = Fill::default();
     let (w0, wsz) = (offset_of!(ink_set, way), size_of::<ink_way>());
     for (_, v) in m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)? {

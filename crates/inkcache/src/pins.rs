@@ -15,6 +15,7 @@ pub const MAPS: &[&str] = &[
     "sets",
     "arena",
     "ttl_hints",
+    "conns",
     "stats",
     "ports",
     "allow",
@@ -56,6 +57,10 @@ pub struct AttachInfo {
     pub max_age_secs: u64,
     #[serde(default)]
     pub quarantine_ms: u64,
+    #[serde(default)]
+    pub max_conns: u32,
+    #[serde(default)]
+    pub settle_max_secs: u64,
     /// Interfaces attached by the same command: they share the cache and the counters.
     pub group: Vec<String>,
 }

@@ -58,8 +58,20 @@ counters! {
     inval_restart,
     /// Hits refused because the item had expired.
     expired,
-    /// Hot items copied to the log head before the log overwrote them.
+    /// Hot items copied to the log head before the log came round to them.
     promoted,
+    /// TCP connections followed from their SYN (their writes are settled by the server's answers).
+    conn_tracked,
+    /// Connections not followed because --max-conns were already followed (connections opened
+    /// before attach are not followed either, and not counted).
+    conn_untracked,
+    /// Followed connections whose answers could no longer be counted (quiet meta commands, error
+    /// answers, a gap in the stream): their writes fall back to the quarantine.
+    conn_desync,
+    /// Writes settled by the server's answer to them.
+    settled,
+    /// Writes settled by the quarantine (noreply, UDP, connections not followed or lost).
+    quarantined,
     /// Hits whose reply did not fit the XDP frame, handed to the TC ingress program.
     tc_handoffs,
     /// Requests the TC ingress program answered (counted in `hits` too).

@@ -291,3 +291,37 @@ pub fn set(rig: &Rig, key: &str, flags: u32, value: &[u8]) {
     assert_eq!(rig.tcp(&req), Response::Stored);
     settle();
 }
+
+/// Caches `key` in the kernel (value must already be stored) and checks the kernel answers it.
+pub fn cache_it(rig: &Rig, key: &str) -> Vec<u8> {
+    let req = format!("get {key}\r\n");
+    let first = rig.udp_get(1, req.as_bytes()).expect("reply");
+    let hits = rig.stat("hits");
+    let second = rig.udp_get(2, req.as_bytes()).expect("reply");
+    assert_eq!(
+        rig.stat("hits"),
+        hits + 1,
+        "{key} should now be a kernel hit: {}",
+        rig.stats()
+    );
+    assert_eq!(first, second);
+    second
+}
+
+/// After a mutation, the next UDP get must return what memcached now holds: its answer must equal
+/// memcached's own (TCP) answer just before or just after it (the value may change in between,
+/// e.g. when a delayed flush_all fires).
+pub fn assert_fresh(rig: &Rig, key: &str, what: &str) {
+    let req = format!("get {key}\r\n");
+    let before = rig.tcp(req.as_bytes());
+    let via_udp = rig.udp_get(3, req.as_bytes()).expect("reply");
+    let after = rig.tcp(req.as_bytes());
+    let udp_parsed = inkproto::client::parse_response(&via_udp)
+        .unwrap()
+        .unwrap()
+        .0;
+    assert!(
+        udp_parsed == before || udp_parsed == after,
+        "after {what}: kernel served a stale value {udp_parsed:?}; memcached has {after:?}"
+    );
+}

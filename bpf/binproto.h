@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* memcached binary protocol requests (magic 0x80): every key a request may change is invalidated
+ * before the server sees it, as the text parser does for text commands.
+ *
+ * A request is a 24-byte header (magic, opcode, key length BE16, extras length, data type,
+ * vbucket, body length BE32, opaque, CAS), then the body: extras, key, value. Requests follow one
+ * another in a segment (pipelined, quiet variants). The walk follows memcached's own rules
+ * (proto_bin.c, dispatch_bin_command): a request memcached would refuse with a protocol error
+ * (it then closes the connection), a key cut by the segment end, an opcode we do not know, or
+ * anything else we cannot be sure of voids the whole cache. */
+#ifndef INKCACHE_BINPROTO_H
+#define INKCACHE_BINPROTO_H
+
+#include <bpf/bpf_endian.h>
+
+#include "inkcache_common.h"
+#include "maps.h"
+#include "proto.h"
+#include "cache.h"
+
+#define BIN_REQ_MAGIC 0x80
+#define BIN_HDR_LEN   24
+/* Every request takes at least a header, so this many cover any scratch buffer. */
+#define MAX_BIN_REQS  (SCRATCH_LEN / BIN_HDR_LEN + 1)
+
+/* bin_request results besides the next request's offset */
+#define BIN_VOID     -1   /* cannot be sure: void the whole cache, stop */
+#define BIN_STOP     -2   /* quit: memcached executes nothing after it */
+
+/* Opcodes (memcached protocol_binary.h); the quiet variants behave the same for coherence. */
+enum bin_op {
+	BIN_GET = 0x00, BIN_SET = 0x01, BIN_ADD = 0x02, BIN_REPLACE = 0x03, BIN_DELETE = 0x04,
+	BIN_INCR = 0x05, BIN_DECR = 0x06, BIN_QUIT = 0x07, BIN_FLUSH = 0x08, BIN_GETQ = 0x09,
+	BIN_NOOP = 0x0a, BIN_VERSION = 0x0b, BIN_GETK = 0x0c, BIN_GETKQ = 0x0d, BIN_APPEND = 0x0e,
+	BIN_PREPEND = 0x0f, BIN_STAT = 0x10, BIN_SETQ = 0x11, BIN_ADDQ = 0x12, BIN_REPLACEQ = 0x13,
+	BIN_DELETEQ = 0x14, BIN_INCRQ = 0x15, BIN_DECRQ = 0x16, BIN_QUITQ = 0x17, BIN_FLUSHQ = 0x18,
+	BIN_APPENDQ = 0x19, BIN_PREPENDQ = 0x1a, BIN_TOUCH = 0x1c, BIN_GAT = 0x1d, BIN_GATQ = 0x1e,
+	BIN_SASL_LIST = 0x20, BIN_SASL_AUTH = 0x21, BIN_SASL_STEP = 0x22, BIN_GATK = 0x23,
+	BIN_GATKQ = 0x24,
+};
+
+/* What a request does, for coherence. */
+enum bin_class {
+	BC_UNKNOWN = 0,
+	BC_READ,      /* get getq getk getkq: key, read-only */
+	BC_EMPTY,     /* noop version sasl-list: no body, read-only */
+	BC_QUIT,      /* quit quitq */
+	BC_STAT,      /* stat [key] */
+	BC_SASL,      /* sasl auth/step: mechanism as key, then data; changes no item */
+	BC_STORE,     /* set add replace: extras flags(4) exptime(4), key, value */
+	BC_DELETE,    /* delete: key */
+	BC_ARITH,     /* incr decr: extras delta(8) initial(8) exptime(4), key */
+	BC_CONCAT,    /* append prepend: key, value */
+	BC_TOUCH,     /* touch gat gatq gatk gatkq: extras exptime(4), key */
+	BC_FLUSH,     /* flush: optional extras delay(4) */
+};
+
+static __always_inline int bin_class_of(__u32 op)
+{
+	switch (op) {
+	case BIN_GET: case BIN_GETQ: case BIN_GETK: case BIN_GETKQ:
+		return BC_READ;
+	case BIN_NOOP: case BIN_VERSION: case BIN_SASL_LIST:
+		return BC_EMPTY;
+	case BIN_QUIT: case BIN_QUITQ:
+		return BC_QUIT;
+	case BIN_STAT:
+		return BC_STAT;
+	case BIN_SASL_AUTH: case BIN_SASL_STEP:
+		return BC_SASL;
+	case BIN_SET: case BIN_ADD: case BIN_REPLACE: case BIN_SETQ: case BIN_ADDQ: case BIN_REPLACEQ:
+		return BC_STORE;
+	case BIN_DELETE: case BIN_DELETEQ:
+		return BC_DELETE;
+	case BIN_INCR: case BIN_DECR: case BIN_INCRQ: case BIN_DECRQ:
+		return BC_ARITH;
+	case BIN_APPEND: case BIN_PREPEND: case BIN_APPENDQ: case BIN_PREPENDQ:
+		return BC_CONCAT;
+	case BIN_TOUCH: case BIN_GAT: case BIN_GATQ: case BIN_GATK: case BIN_GATKQ:
+		return BC_TOUCH;
+	case BIN_FLUSH: case BIN_FLUSHQ:
+		return BC_FLUSH;
+	}
+	return BC_UNKNOWN;
+}
+
+/* The big-endian 32-bit word at buf[pos]. */
+static __always_inline __u32 bin_be32(struct scratch *s, __u32 pos)
+{
+	return bpf_ntohl((__u32)word_at(s, pos));
+}
+
+/* A binary exptime (unsigned; memcached's realtime(): 0 never, up to 30 days relative, else an
+ * absolute unix time) as a kernel expiry. */
+static __always_inline __u64 bin_exp(__u32 exptime)
+{
+	struct ink_global *g = global_state();
+
+	if (!g)
+		return EXP_UNKNOWN;
+	return exptime_to_ns((__s64)exptime, bpf_ktime_get_ns(), g);
+}
+
+/* Expiry hint for a write that either leaves the key's item as it was (expiry unchanged) or
+ * creates it with expiry `exp`, and we cannot know which: add (fails if the key exists), any store
+ * with a CAS (fails on a mismatch), incr/decr that may create the key. The earlier of the two
+ * keeps the kernel from serving past either; without a hint the old expiry is unknown, served at
+ * most max_age, so the hint becomes at most now + max_age. */
+static __always_inline __u64 bin_exp_either(__u32 kpos, __u32 klen, __u64 exp)
+{
+	return exp_either(key_hash(kpos, klen), exp);
+}
+
+/* flush [delay]: voids everything now and, with a delay, refuses fills until the delayed flush
+ * has surely happened in the server (as text flush_all). `cut`: the delay is beyond the segment. */
+static __always_inline void bin_flush(__u32 ext, __u32 delay, int cut)
+{
+	struct ink_global *g = global_state();
+	__u64 now = bpf_ktime_get_ns(), until = 0;
+
+	invalidate_all(ST_INVAL_FLUSH);
+	if (!g || invalidation_off)
+		return;
+	if (cut) {
+		until = now + 2592000ULL * NS_PER_SEC; /* delay unknown: assume the longest */
+	} else if (ext == 4 && delay > 0) {
+		__u64 at = exptime_to_ns((__s64)delay + 1, now, g); /* +1: exptime_to_ns is 1 s early */
+		until = (at == EXP_UNKNOWN ? now : at) + 2 * NS_PER_SEC;
+	}
+	if (until > g->fill_block_until)
+		g->fill_block_until = until;
+}
+
+/* One request at buf[pos, end): invalidates what it may change. Returns the offset just past it
+ * (beyond `end` if its value continues in the next segment; the key has been invalidated then),
+ * BIN_STOP after a quit, or BIN_VOID if the caller must void the whole cache. */
+__noinline __s64 bin_request(__u32 pos, __u32 end)
+{
+	struct scratch *s = get_scratch();
+	__u32 op, klen, ext, body, kpos;
+	__u64 w0, cas, exp;
+	int cls;
+
+	if (!s || end > SCRATCH_LEN || pos + BIN_HDR_LEN > end)
+		return BIN_VOID; /* header cut by the segment end */
+	w0 = word_at(s, pos);
+	op = (w0 >> 8) & 0xff;
+	klen = bpf_ntohs((__u16)(w0 >> 16));
+	ext = (w0 >> 32) & 0xff;
+	body = bin_be32(s, pos + 8);
+	cas = word_at(s, pos + 16);
+	/* memcached closes the connection on these (nothing after runs), but be safe */
+	if ((w0 & 0xff) != BIN_REQ_MAGIC || klen + ext > body || klen > KEY_MAX)
+		return BIN_VOID;
+	kpos = pos + BIN_HDR_LEN + ext;
+	cls = bin_class_of(op);
+
+	/* memcached's per-opcode checks (dispatch_bin_command); where it reads fewer bytes than the
+	 * body length (touch, stat), a longer body would be parsed as further requests: refuse it */
+	switch (cls) {
+	case BC_READ:
+	case BC_DELETE:
+		if (ext || !klen || body != klen)
+			return BIN_VOID;
+		break;
+	case BC_EMPTY:
+	case BC_QUIT:
+		if (ext || klen || body)
+			return BIN_VOID;
+		break;
+	case BC_STAT:
+		if (ext || body != klen)
+			return BIN_VOID;
+		break;
+	case BC_SASL:
+	case BC_CONCAT:
+		if (ext || !klen)
+			return BIN_VOID;
+		break;
+	case BC_STORE:
+		if (ext != 8 || !klen)
+			return BIN_VOID;
+		break;
+	case BC_ARITH:
+		if (ext != 20 || !klen || body != klen + 20)
+			return BIN_VOID;
+		break;
+	case BC_TOUCH:
+		if (ext != 4 || !klen || body != klen + 4)
+			return BIN_VOID;
+		break;
+	case BC_FLUSH:
+		if (klen || body != ext || (ext != 0 && ext != 4))
+			return BIN_VOID;
+		bin_flush(ext, pos + BIN_HDR_LEN + ext <= end ? bin_be32(s, pos + BIN_HDR_LEN) : 0,
+			  pos + BIN_HDR_LEN + ext > end);
+		return (__s64)pos + BIN_HDR_LEN + body;
+	default:
+		return BIN_VOID; /* an opcode we do not know: it may change anything */
+	}
+	if (cls == BC_QUIT)
+		return BIN_STOP;
+	if (kpos + klen > end)
+		return BIN_VOID; /* key cut by the segment end: we cannot know it */
+
+	switch (cls) {
+	case BC_STORE: /* set with a CAS, and add, may leave the old item (and expiry) in place */
+		exp = bin_exp(bin_be32(s, pos + BIN_HDR_LEN + 4));
+		if (cas || op == BIN_ADD || op == BIN_ADDQ)
+			exp = bin_exp_either(kpos, klen, exp);
+		break;
+	case BC_DELETE: /* with a CAS it may fail: the item keeps its expiry then */
+		exp = cas ? HINT_KEEP : HINT_DELETE;
+		break;
+	case BC_ARITH: { /* an existing item keeps its expiry; a missing one is created with exptime,
+			  * unless exptime is 0xffffffff */
+		__u32 e = bin_be32(s, pos + BIN_HDR_LEN + 16);
+		exp = e == 0xffffffff ? HINT_KEEP : bin_exp_either(kpos, klen, bin_exp(e));
+		break;
+	}
+	case BC_CONCAT:
+		exp = HINT_KEEP;
+		break;
+	case BC_TOUCH:
+		exp = bin_exp(bin_be32(s, pos + BIN_HDR_LEN));
+		break;
+	default: /* read-only */
+		return (__s64)pos + BIN_HDR_LEN + body;
+	}
+	invalidate_key(kpos, klen, exp);
+	return (__s64)pos + BIN_HDR_LEN + body;
+}
+
+/* Walks the binary requests in scratch.buf[off, off + len) and invalidates every key they may
+ * change, recording the expiry they set; anything it cannot be sure of voids the whole cache.
+ * Returns 0 if the segment ends at a request boundary (or after a quit), the number of bytes of
+ * the last request's value still to come if it continues in the next segment (its key is already
+ * invalidated: a stream tracker skips that many bytes before walking again), or -1 if the whole
+ * cache was voided. */
+__noinline __s64 invalidate_binary(__u32 off, __u32 len)
+{
+	__u32 pos = off, end = off + len;
+
+	if (off > SCRATCH_LEN || len > SCRATCH_LEN || end > SCRATCH_LEN)
+		goto unsure;
+	for (__u32 c = 0; c < MAX_BIN_REQS; c++) {
+		__s64 r;
+		if (pos >= end)
+			return 0;
+		r = bin_request(pos, end);
+		if (r == BIN_STOP)
+			return 0;
+		if (r < 0)
+			goto unsure;
+		if (r > end)
+			return r - end;
+		pos = (__u32)r;
+	}
+	if (pos >= end)
+		return 0;
+unsure:
+	invalidate_all(ST_INVAL_UNPARSABLE);
+	return -1;
+}
+
+#endif
