@@ -36,6 +36,11 @@ const volatile __u64 settle_max_ns = 60000000000ULL;
 #define HINT_KEEP   0ULL   /* invalidate_key: leave the key's expiry as it is */
 #define HINT_DELETE 2ULL   /* invalidate_key: the key is gone (delete) */
 
+/* table_lookup modes (its want_cas argument) */
+#define LKM_CAS   1        /* gets form, only if the CAS is known */
+#define LKM_STAGE 2        /* the item as stored (CAS included), for a caller that composes;
+			    * `limit` bounds out_off + the item's length */
+
 /* table_lookup results */
 #define LK_MISS     -1
 #define LK_FULL     -2     /* the reply would exceed the caller's limit (scratch.need: how far) */
@@ -334,8 +339,9 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 			ret = LK_EXPIRED;
 			break;
 		}
-		if (want_cas && !x->cas_len)
+		if ((want_cas & LKM_CAS) && !x->cas_len)
 			break;
+		s->lk.exp = x->expire_ns;
 		pos = x->pos;
 		len = x->len;
 		hdr = x->hdr_len;
@@ -352,10 +358,15 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	/* get form: the VALUE line without " <cas>", then the data */
 	first = (want_cas || !cas) ? len : hdr - 2 - cas;
 	out_len = (want_cas || !cas) ? len : len - cas;
-	if (out_off + out_len + 5 > limit || out_off + out_len + 5 > DGRAM_MAX) {
+	if (want_cas & LKM_STAGE) {
+		if (out_off + len > limit || out_off + len > OUT_LEN - 32)
+			return LK_FULL;
+	} else if (out_off + out_len + 5 > limit || out_off + out_len + 5 > DGRAM_MAX) {
 		s->need = out_off + out_len + 5;
 		return LK_FULL;
 	}
+	s->lk.hdr = hdr;
+	s->lk.cas = cas;
 	head = g->head;
 	p = full_pos(head, pos);
 	segi = seg_index(p, &soff);

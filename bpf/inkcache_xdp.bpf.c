@@ -14,6 +14,7 @@
 #include "cache.h"
 #include "reply.h"
 #include "binproto.h"
+#include "meta.h"
 #include "stream.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -713,6 +714,25 @@ int inkcache_xdp(struct xdp_md *ctx)
 		return handle_get(ctx, s, &p, plen, req_id, 0);
 	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
 		return handle_get(ctx, s, &p, plen, req_id, 1);
+	if (plen >= 6 && buf_eq(s, 0, "mg ", 3) && !p.ip_opts) {
+		__u32 bound = reply_bound(&p);
+		int r = bound ? compose_mg(plen, bound, bpf_ktime_get_ns()) : -1;
+		if (r > 0) {
+			__u16 fh2[3] = { 0, bpf_htons(1), 0 };
+			__builtin_memcpy(&s->out[0], &req_id, 2);
+			__builtin_memcpy(&s->out[2], fh2, 6);
+			if (build_reply(ctx, s, &p, r) == 0) {
+				stat_inc(ST_HITS);
+				return XDP_TX;
+			}
+			stat_inc(ST_TOO_BIG); /* no room in this frame: the server answers */
+		} else if (r == LK_MISS || r == LK_EXPIRED) {
+			stat_inc(r == LK_EXPIRED ? ST_EXPIRED : ST_MISSES);
+		} else if (!bound) {
+			stat_inc(ST_REFUSED);
+		}
+		/* not answered here: mg with T, N, E or R writes, so it is walked as a command */
+	}
 	/* UDP writes are not answered in order: they fall back to the quarantine */
 	s->ws.stream = 0;
 	s->ws.exact = 0;

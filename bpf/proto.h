@@ -50,6 +50,17 @@ struct scratch {
 	__u32 need;                  /* reply length a lookup would have reached (LK_FULL) */
 	struct fill_args fa;
 	struct walk_state ws;
+	struct {
+		__u64 exp;             /* table_lookup: the item's expiry */
+		__u32 hdr;             /* its VALUE line length */
+		__u32 cas;             /* length of its " <cas>", 0 if none */
+	} lk;
+	struct {                     /* meta get being answered (meta.h) */
+		__u8 flag[8];          /* the flags asked for, in order */
+		__u32 n, seen, mode;
+		__u32 opaque_off, opaque_len;
+		__u32 fpos, ftl, bpos, btl, cpos, ctl; /* tokens of the staged item */
+	} mg;
 };
 
 struct {

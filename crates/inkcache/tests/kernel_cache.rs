@@ -737,3 +737,110 @@ fn replies_too_big_for_the_frame_are_answered_from_tc_ingress() {
     assert_eq!(rig.stat("hits"), hits + 1);
     assert_eq!(rig.stat("tc_hits"), 4, "{}", rig.stats());
 }
+
+/// memcached's own answer to one request over TCP, bytes as sent (a meta no-op marks the end).
+fn tcp_raw(rig: &Rig, req: &str) -> Vec<u8> {
+    let addr = rig.server_addr();
+    let req = format!("{req}\r\nmn\r\n");
+    let mut got = rig.client(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.ends_with(b"MN\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "connection closed");
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    });
+    got.truncate(got.len() - 4);
+    got
+}
+
+/// Meta get over UDP is answered by the kernel byte for byte as memcached answers it when every
+/// flag asked for is known (v f k c s t O q); anything else passes to memcached.
+#[test]
+fn meta_get_is_answered_like_memcached() {
+    let rig = Rig::attached(&[]).unwrap();
+    set(&rig, "m", 7, b"meta!");
+    set(&rig, "nocas", 3, b"plain");
+    rig.udp_get(1, b"gets m\r\n").unwrap(); // fills with the CAS
+    rig.udp_get(2, b"get nocas\r\n").unwrap(); // fills without
+    let mut id = 10u16;
+    let mut via_udp = |req: &str| {
+        id += 1;
+        let dgrams = rig.udp_raw(
+            &frame_request(id, format!("{req}\r\n").as_bytes()),
+            Duration::from_millis(300),
+        );
+        assert_eq!(dgrams.len(), 1, "{req}: {dgrams:?}");
+        dgrams[0][8..].to_vec()
+    };
+    for req in [
+        "mg m v",
+        "mg m",
+        "mg m s v f",
+        "mg m v f k c s t",
+        "mg m q v",
+        "mg m Oabc v",
+        "mg m O v",
+        "mg m k",
+        "mg m t",
+        "mg m c",
+        "mg nocas f v s",
+    ] {
+        let want = tcp_raw(&rig, req);
+        let hits = rig.stat("hits");
+        let got = via_udp(req);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want),
+            "{req}"
+        );
+        assert_eq!(rig.stat("hits"), hits + 1, "{req} answered by the kernel");
+    }
+    // asked for what the kernel does not know, or not in the form it answers: memcached answers
+    let get_hits = rig.mc_stat("get_hits");
+    for req in [
+        "mg m h v",
+        "mg m l",
+        "mg m v v",
+        "mg m vf",
+        "mg m  v",
+        "mg nocas c v",
+        "mg missing v",
+    ] {
+        let hits = rig.stat("hits");
+        let got = via_udp(req);
+        assert_eq!(rig.stat("hits"), hits, "{req} passed");
+        if !req.contains(" h") && !req.contains(" l") {
+            assert_eq!(got, tcp_raw(&rig, req), "{req}");
+        }
+    }
+    assert!(rig.mc_stat("get_hits") > get_hits);
+    // an item that expires: t is not known exactly, so it passes; without t it hits
+    assert_eq!(
+        rig.tcp(b"set e 0 100 1\r\nx\r\n"),
+        inkproto::client::Response::Stored
+    );
+    settle();
+    rig.udp_get(3, b"get e\r\n").unwrap();
+    let hits = rig.stat("hits");
+    assert!(via_udp("mg e t v").starts_with(b"VA 1 t"));
+    assert_eq!(rig.stat("hits"), hits);
+    assert_eq!(via_udp("mg e v"), b"VA 1\r\nx\r\n");
+    assert_eq!(rig.stat("hits"), hits + 1);
+    // mg with T writes (a touch): it invalidates, and memcached answers
+    let got = via_udp("mg m T30 v");
+    assert_eq!(got, b"VA 5\r\nmeta!\r\n");
+    assert_eq!(
+        rig.stat("hits"),
+        hits + 1,
+        "a writing mg is never answered here"
+    );
+    let hits = rig.stat("hits");
+    via_udp("mg m v");
+    assert_eq!(rig.stat("hits"), hits, "the touch invalidated m");
+}
