@@ -109,7 +109,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct ink_meta);
-	__uint(max_entries, 1);
+	__uint(max_entries, 64); /* one record per interface attached together (MAX_GROUP) */
 } meta SEC(".maps");
 
 static __always_inline void stat_inc(__u32 idx)

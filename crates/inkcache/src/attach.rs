@@ -174,6 +174,13 @@ struct Target {
 /// one cache. On failure nothing stays attached or pinned.
 pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     sys::require_root()?;
+    if opts.ifaces.len() > pins::MAX_GROUP {
+        return Err(Error::Usage(format!(
+            "at most {} interfaces in one attach",
+            pins::MAX_GROUP
+        ))
+        .into());
+    }
     if opts.ifaces.is_empty() {
         return Err(Error::Usage("no interface given (--iface)".into()).into());
     }
@@ -561,7 +568,8 @@ fn attach_one(
         pin_fd(xprog.as_fd(), &t.dir.join("xdp"))?;
         pin_fd(tprog.as_fd(), &t.dir.join("tc_egress"))?;
         pin_fd(iprog.as_fd(), &t.dir.join("tc_ingress"))?;
-        pins::write_info(&m.meta, &info)
+        let slot = group.iter().position(|g| *g == t.iface).unwrap_or(0);
+        pins::write_info(&m.meta, slot, &info)
     };
     if let Err(e) = pin() {
         let _ = detach_info(&info, &t.dir);

@@ -78,21 +78,42 @@ pub fn dir_for(iface: &str) -> Result<PathBuf> {
     }))
 }
 
+/// Interfaces attached by one command (they share the maps, `meta` among them: one record each).
+pub const MAX_GROUP: usize = 64;
+
+/// The record of the attachment pinned at `dir` (`<iface>` or `<iface>@<netns>`). The interfaces
+/// attached together share the `meta` map, one record each: the one for this directory's
+/// interface is picked by name.
 pub fn read_info(dir: &Path) -> Result<AttachInfo> {
     let meta = MapHandle::from_pinned_path(dir.join("meta"))
         .with_context(|| format!("opening {}/meta", dir.display()))?;
-    let raw = meta
-        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
-        .context("attachment record is empty")?;
-    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-    serde_json::from_slice(&raw[..end]).context("attachment record is not valid JSON")
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let iface = name.split('@').next().unwrap_or_default();
+    let slots = (meta.max_entries() as usize).min(MAX_GROUP);
+    for i in 0..slots {
+        let Some(raw) = meta.lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)? else {
+            continue;
+        };
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+        if end == 0 {
+            continue;
+        }
+        let info: AttachInfo =
+            serde_json::from_slice(&raw[..end]).context("attachment record is not valid JSON")?;
+        if info.iface == iface {
+            return Ok(info);
+        }
+    }
+    anyhow::bail!("no attachment record for {iface} in {}", dir.display())
 }
 
-pub fn write_info(meta: &dyn MapCore, info: &AttachInfo) -> Result<()> {
+/// Stores `info` as record `slot` of the group's `meta` map.
+pub fn write_info(meta: &dyn MapCore, slot: usize, info: &AttachInfo) -> Result<()> {
+    anyhow::ensure!(slot < MAX_GROUP, "too many interfaces in one attach");
     let mut buf = serde_json::to_vec(info)?;
     anyhow::ensure!(buf.len() < 4096, "attachment record too large");
     buf.resize(4096, 0);
-    meta.update(&0u32.to_ne_bytes(), &buf, MapFlags::ANY)
+    meta.update(&(slot as u32).to_ne_bytes(), &buf, MapFlags::ANY)
         .context("writing attachment record")
 }
 

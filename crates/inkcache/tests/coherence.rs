@@ -568,4 +568,39 @@ fn loopback_mutations_invalidate_when_lo_is_attached() {
     });
     assert_eq!(assemble(&local).unwrap(), b"VALUE lk 0 3\r\nnew\r\nEND\r\n");
     assert_eq!(rig.stat("hits"), hits + 1, "{}", rig.stats());
+
+    // each interface attached together keeps its own record: status shows both, and detaching
+    // lo leaves the veth attached and serving
+    let out = rig.inkcache(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ns = rig.pair.server.name.clone();
+    for ifc in [rig.pair.srv_if.as_str(), "lo"] {
+        let dir = format!("{ifc}@{ns}");
+        let row = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["pin_dir"].as_str().unwrap().ends_with(&dir))
+            .unwrap_or_else(|| panic!("no row for {dir}"));
+        assert_eq!(row["iface"], ifc, "{row}");
+        assert_eq!(row["xdp_attached"], true, "{row}");
+    }
+    assert!(rig.inkcache(&["detach", "--iface", "lo"]).status.success());
+    let hits = rig.stat("hits");
+    rig.udp_get(32, b"get lk\r\n").unwrap();
+    assert_eq!(
+        rig.stat("hits"),
+        hits + 1,
+        "the veth still serves after lo is detached"
+    );
+    let lo = rig.pair.server.run(|| {
+        std::process::Command::new("ip")
+            .args(["-d", "link", "show", "lo"])
+            .output()
+            .unwrap()
+    });
+    assert!(
+        !String::from_utf8_lossy(&lo.stdout).contains("prog/xdp"),
+        "lo still has an XDP program"
+    );
 }
