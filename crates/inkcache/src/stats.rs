@@ -58,6 +58,8 @@ counters! {
     inval_restart,
     /// Hits refused because the item had expired.
     expired,
+    /// Hot items copied to the log head before the log overwrote them.
+    promoted,
 }
 
 impl Stats {
