@@ -16,7 +16,7 @@ use crate::workload::Workload;
 const PRELOAD_BATCH: u64 = 128;
 
 /// Reads complete responses from `s` into `out` until `n` have arrived.
-fn read_responses(
+pub(crate) fn read_responses(
     s: &mut TcpStream,
     buf: &mut Vec<u8>,
     n: usize,
@@ -43,7 +43,7 @@ fn read_responses(
     Ok(())
 }
 
-fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
+pub(crate) fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
     let s = crate::tcp::connect(addr, timeout)?;
     s.set_read_timeout(Some(timeout.max(Duration::from_secs(2))))?;
     s.set_write_timeout(Some(timeout.max(Duration::from_secs(2))))?;

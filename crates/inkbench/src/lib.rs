@@ -15,13 +15,15 @@
 //!
 //! Modules: [`config`] (what to run), [`workload`] (keys, values, the mix), [`zipf`], [`pacer`]
 //! (open-loop schedule), [`udp`] and [`tcp`] (the engines), [`report`] (results),
-//! [`sample`] (the latency sampler), [`admin`] (preload and server stats).
+//! [`sample`] (the latency sampler), [`admin`] (preload and server stats), [`hitratio`] (cache
+//! policy simulations).
 
 pub mod admin;
 pub mod check;
 pub mod config;
 pub mod echo;
 pub mod engine;
+pub mod hitratio;
 pub mod pacer;
 pub mod plot;
 pub mod report;

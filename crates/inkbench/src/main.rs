@@ -34,6 +34,55 @@ enum Cmd {
     /// Benchmark scenarios that set up namespaces, servers and the kernel cache themselves.
     #[command(subcommand)]
     Scenario(ScenarioCmd),
+    /// Cache hit ratio, simulated on one Zipf trace: the kernel table (8-way index + item log,
+    /// as bpf/cache.h), the direct-mapped table it replaced and an ideal LRU, same memory each.
+    /// With --preload ADDR: set every key of the mix over TCP instead (for a kernel measurement).
+    Hitratio(HitRatioArgs),
+}
+
+#[derive(Args, Clone)]
+struct HitRatioArgs {
+    /// Distinct keys; key i is Zipf rank i, named as `run` names it.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Key length in bytes (prefix "k" + zero-padded id).
+    #[arg(long, default_value_t = 16)]
+    key_size: usize,
+    /// Zipf exponent of the key popularity.
+    #[arg(long, default_value_t = 0.99)]
+    zipf: f64,
+    /// Requests simulated before the measured window (not counted).
+    #[arg(long, default_value_t = 5_000_000)]
+    warmup: u64,
+    /// Measured requests.
+    #[arg(long, default_value_t = 10_000_000)]
+    requests: u64,
+    /// Value sizes (repeatable): fixed:N, etc (Facebook ETC's generalized Pareto, truncated to
+    /// fit one datagram) or etc:MAX (truncated at MAX bytes) [default: fixed:32 and etc].
+    #[arg(long = "mix")]
+    mixes: Vec<inkbench::hitratio::Mix>,
+    /// Cache budget in % of the total item bytes (repeatable) [default: 1 and 10].
+    #[arg(long = "budget-pct")]
+    budget_pct: Vec<f64>,
+    /// Cache budget in MiB, as --cache-mb (repeatable; with or instead of --budget-pct).
+    #[arg(long = "budget-mib")]
+    budget_mib: Vec<u32>,
+    /// The --item-bytes the kernel table is split for [default: the mix's mean item, rounded].
+    #[arg(long)]
+    item_bytes: Option<u32>,
+    /// Seeds the trace and the value sizes.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also draw the hit ratios as a bar chart (SVG) into this file.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Simulate nothing: set every key over TCP at this address, with its value size in the one
+    /// --mix given (memcached must hold them all: give it enough -m).
+    #[arg(long, value_parser = parse_addr)]
+    preload: Option<SocketAddr>,
 }
 
 #[derive(Subcommand)]
@@ -429,6 +478,55 @@ fn cmd_check(a: &CheckArgs) -> Result<bool> {
     Ok(rep.violations > 0)
 }
 
+fn cmd_hitratio(a: &HitRatioArgs) -> Result<()> {
+    use inkbench::hitratio::{self, Budget, HitRatioConfig};
+    let mut c = HitRatioConfig::new();
+    c.keys = a.keys;
+    c.key_size = a.key_size;
+    c.zipf = a.zipf;
+    c.warmup = a.warmup;
+    c.requests = a.requests;
+    c.item_bytes = a.item_bytes;
+    c.seed = a.seed;
+    if !a.mixes.is_empty() {
+        c.mixes = a.mixes.clone();
+    }
+    if !a.budget_pct.is_empty() || !a.budget_mib.is_empty() {
+        c.budgets = a.budget_pct.iter().map(|&p| Budget::Percent(p)).collect();
+        c.budgets.extend(
+            a.budget_mib
+                .iter()
+                .map(|&m| Budget::Bytes(m as u64 * 1024 * 1024)),
+        );
+    }
+    if let Some(addr) = a.preload {
+        let [mix] = c.mixes[..] else {
+            anyhow::bail!("--preload needs exactly one --mix");
+        };
+        let bytes = hitratio::preload(&c, mix, addr)?;
+        println!(
+            "set {} keys of {} at {addr}: {bytes} item bytes, mean {:.1}",
+            c.keys,
+            mix,
+            bytes as f64 / c.keys as f64
+        );
+        return Ok(());
+    }
+    let res = hitratio::run(&c)?;
+    if let Some(p) = &a.plot {
+        hitratio::plot(&res, p)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&res)?);
+    } else {
+        print!("{}", res.table());
+        if let Some(p) = &a.plot {
+            println!("wrote {}", p.display());
+        }
+    }
+    Ok(())
+}
+
 fn cmd_paper(a: &PaperArgs) -> Result<()> {
     let mut o = inkbench::scenario::PaperOpts::new(a.out.clone(), a.quick);
     if a.inkcache.is_some() {
@@ -459,6 +557,7 @@ fn main() {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Sample(a) => cmd_sample(a),
         Cmd::Scenario(ScenarioCmd::Paper(a)) => cmd_paper(a),
+        Cmd::Hitratio(a) => cmd_hitratio(a),
         Cmd::Check(a) => match cmd_check(a) {
             Ok(true) => std::process::exit(3),
             Ok(false) => Ok(()),

@@ -10,7 +10,7 @@
 //! the server's receive work is always done on CPU1. Server cost per request = CPU1 busy time
 //! (from /proc/stat) / requests answered.
 
-mod plots;
+pub(crate) mod plots;
 mod report;
 
 use std::collections::BTreeMap;

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::skel::xdp::types::{ink_seg, ink_set};
 
+pub mod model;
+
 /// Ways per index set (`WAYS`).
 pub const WAYS: u32 = 8;
 /// Bytes of one index set (`struct ink_set`).
@@ -31,7 +33,16 @@ pub struct Layout {
 impl Layout {
     /// The split of `cache_mb` MiB for items of `item_bytes` bytes on average.
     pub fn for_budget(cache_mb: u32, item_bytes: u32) -> Layout {
-        let budget = cache_mb.clamp(1, CACHE_MB_MAX) as u64 * 1024 * 1024;
+        Layout::for_bytes(
+            cache_mb.clamp(1, CACHE_MB_MAX) as u64 * 1024 * 1024,
+            item_bytes,
+        )
+    }
+
+    /// The split of `budget` bytes (any amount, not only whole MiB) for items of `item_bytes`
+    /// bytes on average, as [`Layout::for_budget`] splits whole MiB. A budget too small for the
+    /// minimum layout (16 sets, 2 segments) gets the minimum layout, which exceeds it.
+    pub fn for_bytes(budget: u64, item_bytes: u32) -> Layout {
         let per_item = item_bytes.clamp(16, 1392).next_multiple_of(16) as u64;
         let way_bytes = (SET_BYTES / WAYS) as u64;
         let items = budget / (per_item + way_bytes);
@@ -92,6 +103,32 @@ mod tests {
                 assert!(l.ways() * 11 >= items * 10, "{mb} MiB, {item} B: {l:?}");
             }
         }
+    }
+
+    #[test]
+    fn for_bytes_is_for_budget_on_whole_mib_and_fits_any_budget() {
+        for mb in [1, 3, 10, 256] {
+            for item in [63, 128, 300] {
+                assert_eq!(
+                    Layout::for_bytes(mb as u64 * 1024 * 1024, item),
+                    Layout::for_budget(mb, item)
+                );
+            }
+        }
+        for budget in [300_000u64, 655_360, 1_500_000, 6_300_000, 29_000_123] {
+            for item in [63, 290] {
+                let l = Layout::for_bytes(budget, item);
+                assert!(l.total_bytes() <= budget, "{budget} B, {item} B: {l:?}");
+                // whole segments: at most one segment's memory left over, plus the index rounding
+                assert!(
+                    budget - l.total_bytes() <= SEG_VALUE_BYTES as u64 + SET_BYTES as u64,
+                    "{budget} B, {item} B: {l:?}"
+                );
+            }
+        }
+        // below the minimum layout the minimum is returned (and exceeds the budget)
+        let tiny = Layout::for_bytes(10_000, 64);
+        assert_eq!((tiny.sets, tiny.segs), (16, 2));
     }
 
     #[test]

@@ -16,7 +16,7 @@ const COLORS: [RGBColor; 4] = [
 ];
 
 /// A panel: its title and, per configuration, its label and one value per series.
-type Panel = (String, Vec<(String, Vec<f64>)>);
+pub(crate) type Panel = (String, Vec<(String, Vec<f64>)>);
 
 fn short(v: f64) -> String {
     if v >= 1e6 {
@@ -30,7 +30,15 @@ fn short(v: f64) -> String {
     }
 }
 
-fn bars(path: &Path, title: &str, y_desc: &str, series: &[&str], panels: &[Panel]) -> Result<()> {
+/// Bar charts, a panel per entry of `panels` (captioned `<title>: <panel name>`), a group of bars
+/// per configuration, a bar per series.
+pub(crate) fn bars(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    series: &[&str],
+    panels: &[Panel],
+) -> Result<()> {
     let err = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", path.display());
     let root = SVGBackend::new(path, (1100, 330 * panels.len().max(1) as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -46,7 +54,7 @@ fn bars(path: &Path, title: &str, y_desc: &str, series: &[&str], panels: &[Panel
         // Room above the bars for the labels and, with several series, the legend.
         let top = vmax * if series.len() > 1 { 1.55 } else { 1.25 };
         let mut chart = ChartBuilder::on(area)
-            .caption(format!("{title}: workload {name}"), ("sans-serif", 17))
+            .caption(format!("{title}: {name}"), ("sans-serif", 17))
             .margin(12)
             .x_label_area_size(8)
             .y_label_area_size(80)
@@ -125,7 +133,7 @@ pub fn all(res: &PaperResults, out: &Path) -> Result<Vec<PathBuf>> {
                     .filter(|r| r.workload == wl.name)
                     .filter_map(|r| f(r).map(|v| (r.label.clone(), v)))
                     .collect();
-                (wl.name.clone(), groups)
+                (format!("workload {}", wl.name), groups)
             })
             .collect()
     };
