@@ -40,6 +40,8 @@ enum ink_stat {
 	ST_TC_HITS,           /* requests TC ingress answered (counted in ST_HITS too) */
 	ST_TC_PASSED,         /* handed-off requests TC ingress could not answer, passed to the server */
 	ST_AMP_REFUSED,       /* replies to sources outside the allowlist over --max-amplification */
+	ST_SPLITS,            /* multi-key gets split: the kernel answered the keys that hit, the
+			       * server got a get for the others */
 	ST_MAX,
 };
 

@@ -338,19 +338,25 @@ int inkcache_tc_egress(struct __sk_buff *skb)
 	/* one-datagram replies only: seq 0, total 1 */
 	if (s->buf[2] || s->buf[3] || s->buf[4] || s->buf[5] != 1)
 		return TC_ACT_OK;
-	if (!buf_eq(s, UDP_HDR_MC, "VALUE ", 6))
-		return TC_ACT_OK;
-
 	__builtin_memcpy(rk.addr, p.daddr, 16);
 	rk.port = p.dport;
 	__builtin_memcpy(&rk.req_id, s->buf, 2);
+	if (!buf_eq(s, UDP_HDR_MC, "VALUE ", 6)) {
+		/* memcached answers a UDP multi-get with one message per key and END in the last:
+		 * the request is done (a plain miss too) */
+		if (plen == UDP_HDR_MC + 5 && buf_eq(s, UDP_HDR_MC, "END\r\n", 5))
+			bpf_map_delete_elem(&pending, &rk);
+		return TC_ACT_OK;
+	}
 	rv = bpf_map_lookup_elem(&pending, &rk);
 	if (!rv)
 		return TC_ACT_OK; /* not a get the XDP side passed and remembered */
 	req_ts = rv->ts_ns;
-	bpf_map_delete_elem(&pending, &rk);
 	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, plen))
 		return TC_ACT_OK;
+	/* the request stays remembered until the message that ends its reply */
+	if (buf_eq(s, plen - 5, "END\r\n", 5))
+		bpf_map_delete_elem(&pending, &rk);
 
 	off = UDP_HDR_MC;
 	for (__u32 i = 0; i < MAX_GET_KEYS; i++) {

@@ -28,78 +28,133 @@ static __always_inline int pass_on(struct pkt *p, __u16 req_id)
 	return TC_ACT_OK;
 }
 
-static __always_inline int answer(struct __sk_buff *skb)
+/* Makes the skb a UDP datagram of the opposite direction (MACs, IPs and ports swapped) whose
+ * payload is scratch.out[0, len): the reply for the client, or, applied to a reply, a request for
+ * the server again. Returns 0, 1 if nothing was changed (the skb is still what it was), or -1 if it
+ * was left half done (cannot happen: the growth leaves every header in the linear area). */
+__noinline int skb_to_datagram(struct __sk_buff *skb, __u32 len)
+{
+	struct scratch *s = get_scratch();
+	void *data, *data_end;
+	__u32 pseudo, body, new_len;
+	struct pkt p;
+	int ck_off;
+
+	if (!s || !skb || len < UDP_HDR_MC || len > DGRAM_MAX)
+		return 1;
+	p = s->pk; /* on the stack: header offsets the verifier can follow */
+	new_len = p.payload_off + len;
+	/* (the IP header still has the old length, so if anything fails before the payload is
+	 * written, the stack trims the skb back to it) */
+	if (new_len != skb->len && bpf_skb_change_tail(skb, new_len, 0))
+		return 1;
+	barrier_var(len);
+	if (bpf_skb_store_bytes(skb, p.payload_off & 127, s->out, ((len - 1) & 2047) + 1, 0))
+		return 1;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ck_off = reply_headers(data, data_end, &p, len, &pseudo, &body);
+	if (ck_off < 0)
+		return -1;
+	body = csum_add(body, reply_payload_sum(s, len));
+	/* The UDP checksum (0 now) is completed for whatever checksum state the skb is in, which
+	 * only bpf_l4_csum_replace knows: a full checksum, or with CHECKSUM_PARTIAL (a request from a
+	 * local socket over veth) the pseudo header's sum, which the device or the peer completes.
+	 * So: add the pseudo header as a pseudo-header change, then the rest as a payload change.
+	 * (A CHECKSUM_COMPLETE skb became CHECKSUM_NONE when its length changed.) */
+	if (bpf_l4_csum_replace(skb, ck_off, 0, pseudo, BPF_F_PSEUDO_HDR) ||
+	    bpf_l4_csum_replace(skb, ck_off, 0, body, BPF_F_MARK_MANGLED_0 | BPF_F_MARK_ENFORCE))
+		return -1;
+	return 0;
+}
+
+/* A multi-key get some of whose keys missed: the keys that hit are answered by a clone of the
+ * skb sent back out (a message without END), and the skb itself goes on to the server as a get
+ * for the others (whose answer brings the END). If nothing hit, or anything fails before the
+ * clone is out, the request goes to the server whole. */
+static __always_inline int split(struct __sk_buff *skb, struct scratch *s, __u32 n, __u16 req_id,
+				 __u32 want_cas, __u32 bound)
+{
+	int out = compose_hits(n, req_id, want_cas, bound, bpf_ktime_get_ns()), r;
+
+	if (out <= UDP_HDR_MC || s->nmiss == 0)
+		return pass_on(&s->pk, req_id); /* nothing hit (or, meanwhile, everything) */
+	r = skb_to_datagram(skb, out);
+	if (r > 0)
+		return pass_on(&s->pk, req_id);
+	if (r < 0 || bpf_clone_redirect(skb, skb->ifindex, 0))
+		goto broken;
+	/* the skb is the hits' message now: turn it into the get for the others */
+	out = compose_miss_request(want_cas);
+	if (out < 0 || skb_to_datagram(skb, out))
+		goto broken;
+	stat_inc(ST_SPLITS);
+	remember_request(&s->pk, req_id);
+	return TC_ACT_OK;
+broken: /* cannot happen; the client's get times out like a lost datagram */
+	stat_inc(ST_ERRORS);
+	return TC_ACT_SHOT;
+}
+
+static __always_inline int answer(struct __sk_buff *skb, __u32 magic)
 {
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
-	__u32 plen, bound, pseudo, body, new_len, want_cas;
+	__u32 plen, bound, want_cas;
 	struct scratch *s;
-	struct pkt p = {};
 	__u16 fh[4], port;
-	int n, out, ck_off;
+	int n, out, r;
 
-	if (parse_packet(data, data_end, &p) == PARSE_BAD) {
+	s = get_scratch();
+	if (!s)
+		goto not_get;
+	__builtin_memset(&s->pk, 0, sizeof(s->pk));
+	if (parse_packet(data, data_end, &s->pk) == PARSE_BAD) {
 		/* headers may sit outside the linear area */
 		if (bpf_skb_pull_data(skb, skb->len < 128 ? skb->len : 128))
 			goto not_get;
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
 	}
-	if (parse_packet(data, data_end, &p) != PARSE_OK || p.proto != IPPROTO_UDP)
+	if (parse_packet(data, data_end, &s->pk) != PARSE_OK || s->pk.proto != IPPROTO_UDP)
 		goto not_get;
-	port = bpf_ntohs(p.dport);
+	port = bpf_ntohs(s->pk.dport);
 	if (!bpf_map_lookup_elem(&ports, &port) || skb->gso_segs > 1)
 		goto not_get; /* GRO merged datagrams: the server splits them */
-	s = get_scratch();
-	if (!s || p.payload_len < UDP_HDR_MC + 7 || p.payload_len > DGRAM_MAX)
+	plen = s->pk.payload_len;
+	if (plen < UDP_HDR_MC + 7 || plen > DGRAM_MAX)
 		goto not_get;
-	if (bpf_skb_load_bytes(skb, p.payload_off, fh, sizeof(fh)))
+	if (bpf_skb_load_bytes(skb, s->pk.payload_off, fh, sizeof(fh)))
 		goto not_get;
 	if (fh[1] != 0 || fh[2] != bpf_htons(1))
 		goto not_get;
-	plen = p.payload_len - UDP_HDR_MC;
-	if (bpf_skb_load_bytes(skb, p.payload_off + UDP_HDR_MC, s->buf, plen))
-		return pass_on(&p, fh[0]);
+	plen -= UDP_HDR_MC; /* 7..PAYLOAD_MAX */
+	if (bpf_skb_load_bytes(skb, s->pk.payload_off + UDP_HDR_MC, s->buf, plen))
+		return pass_on(&s->pk, fh[0]);
 	if (buf_eq(s, 0, "get ", 4))
 		want_cas = 0;
 	else if (buf_eq(s, 0, "gets ", 5))
 		want_cas = 1;
 	else
-		return pass_on(&p, fh[0]);
+		return pass_on(&s->pk, fh[0]);
 	n = parse_get_keys(want_cas ? 5 : 4, plen);
-	if (n <= 0 || p.ip_opts)
-		return pass_on(&p, fh[0]);
-	bound = reply_bound(&p);
+	if (n <= 0 || s->pk.ip_opts)
+		return pass_on(&s->pk, fh[0]);
+	bound = reply_bound(&s->pk);
 	if (bound == 0) {
 		stat_inc(ST_REFUSED);
-		return pass_on(&p, fh[0]);
+		return pass_on(&s->pk, fh[0]);
 	}
+	if (magic == INK_META_SPLIT)
+		return split(skb, s, n, fh[0], want_cas, bound);
 	out = compose_reply(n, fh[0], want_cas, bound, bpf_ktime_get_ns());
 	if (out < 0) {
 		count_unanswerable(s, out, bound); /* a key went since XDP looked, or over the bound */
-		return pass_on(&p, fh[0]);
+		return pass_on(&s->pk, fh[0]);
 	}
-
-	/* Grow the skb to the reply (the IP header still has the request's length, so if anything
-	 * fails before the payload is written the stack trims it back and the server gets the
-	 * request as it came). */
-	new_len = p.payload_off + out;
-	if (new_len <= skb->len || bpf_skb_change_tail(skb, new_len, 0))
-		return pass_on(&p, fh[0]);
-	barrier_var(out);
-	if (bpf_skb_store_bytes(skb, p.payload_off, s->out, ((out - 1) & 2047) + 1, 0))
-		return pass_on(&p, fh[0]);
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	ck_off = reply_headers(data, data_end, &p, out, &pseudo, &body);
-	if (ck_off < 0)
-		goto broken;
-	body = csum_add(body, reply_payload_sum(s, out));
-	/* The UDP checksum (0 now) is completed for whatever checksum state the skb is in, which
-	 * only bpf_l4_csum_replace knows: a full checksum, or with CHECKSUM_PARTIAL (a request from a
-	 * local socket over veth) the pseudo header's sum, which the device or the peer completes.
-	 * So: add the pseudo header as a pseudo-header change, then the rest as a payload change. */
-	if (bpf_l4_csum_replace(skb, ck_off, 0, pseudo, BPF_F_PSEUDO_HDR) ||
-	    bpf_l4_csum_replace(skb, ck_off, 0, body, BPF_F_MARK_MANGLED_0 | BPF_F_MARK_ENFORCE))
+	r = skb_to_datagram(skb, out);
+	if (r > 0)
+		return pass_on(&s->pk, fh[0]);
+	if (r < 0)
 		goto broken;
 	stat_inc(ST_HITS);
 	stat_inc(ST_TC_HITS);
@@ -119,7 +174,8 @@ int inkcache_tc_ingress(struct __sk_buff *skb)
 	void *data = (void *)(long)skb->data;
 	__u32 *mark = (void *)(long)skb->data_meta;
 
-	if ((void *)(mark + 1) > data || *mark != INK_META_MAGIC)
+	if ((void *)(mark + 1) > data ||
+	    (*mark != INK_META_MAGIC && *mark != INK_META_SPLIT))
 		return TC_ACT_OK; /* not handed over by XDP */
-	return answer(skb);
+	return answer(skb, *mark);
 }

@@ -558,7 +558,7 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 
 /* Hands the request to the TC ingress program, which builds the reply in the skb: marks it in the
  * XDP metadata and passes it. */
-static __always_inline int hand_to_tc(struct xdp_md *ctx, struct pkt *p, __u16 req_id)
+static __always_inline int hand_to_tc(struct xdp_md *ctx, struct pkt *p, __u16 req_id, __u32 magic)
 {
 	void *data, *meta;
 	__u32 *mark;
@@ -570,8 +570,9 @@ static __always_inline int hand_to_tc(struct xdp_md *ctx, struct pkt *p, __u16 r
 	mark = meta;
 	if ((void *)(mark + 1) > data)
 		goto fail;
-	*mark = INK_META_MAGIC;
-	stat_inc(ST_TC_HANDOFFS);
+	*mark = magic;
+	if (magic == INK_META_MAGIC)
+		stat_inc(ST_TC_HANDOFFS);
 	return XDP_PASS;
 fail:
 	stat_inc(ST_ERRORS);
@@ -602,10 +603,16 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 	out = compose_reply(n, req_id, want_cas, limit < bound ? limit : bound, now);
 	if (out < 0) {
 		if (count_unanswerable(s, out, bound)) {
+			/* a multi-key get with a key missing: the others may hit; TC ingress answers
+			 * those and passes a get for the rest (memcached answers each key of a UDP get
+			 * with its own datagram, ~6 us a key: answering the hits here is cheaper) */
+			if (n > 1 && (out == RP_MISS || out == RP_EXPIRED) && !no_split)
+				return hand_to_tc(ctx, p, req_id, INK_META_SPLIT);
 			remember_request(p, req_id);
 			return XDP_PASS;
 		}
-		return hand_to_tc(ctx, p, req_id); /* known not to fit: not even composed */
+		/* known not to fit: not even composed */
+		return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 	}
 	r = build_reply(ctx, s, p, out);
 	if (r == 0) {
@@ -614,7 +621,7 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 	}
 	if (r > 0)
 		learn_room(ctx, r, now);
-	return hand_to_tc(ctx, p, req_id);
+	return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 }
 
 SEC("xdp")

@@ -9,6 +9,7 @@
 #define INKCACHE_PROTO_H
 
 #include "inkcache_common.h"
+#include "parsing.h"
 
 #define BUF_MASK     (SCRATCH_LEN - 1)
 #define OUT_LEN      (SCRATCH_LEN + 64)
@@ -48,6 +49,9 @@ struct scratch {
 	__u16 klen[32];
 	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
 	__u32 need;                  /* reply length a lookup would have reached (LK_FULL) */
+	__u32 miss[32];              /* split multi-key gets: the keys that missed, in order */
+	struct pkt pk;               /* TC ingress: the packet being rewritten */
+	__u32 nmiss;
 	struct fill_args fa;
 	struct walk_state ws;
 	struct {

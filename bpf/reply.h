@@ -25,6 +25,11 @@ const volatile __u32 max_amplification = 0;
 /* XDP metadata (bpf_xdp_adjust_meta) on a request whose reply every key hit for but whose frame
  * could not take it: the TC ingress program answers it from the skb. */
 #define INK_META_MAGIC 0x31636b69 /* "ikc1" */
+/* A multi-key get some of whose keys missed in XDP: TC ingress answers the keys that hit and
+ * passes a get for the others to the server. */
+#define INK_META_SPLIT 0x32636b69 /* "ikc2" */
+
+const volatile __u32 no_split = 0; /* debug: partly missing multi-key gets pass whole */
 
 /* compose_reply results (besides the reply length) */
 #define RP_MISS    LK_MISS
@@ -100,6 +105,112 @@ __noinline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit,
 	__u16 hdr[3] = { 0, bpf_htons(1), 0 };
 	__builtin_memcpy(&s->out[2], hdr, 6);
 	return out;
+}
+
+struct hits_walk {
+	__u64 now;
+	__u32 n, want_cas, limit, out, m, pad;
+};
+
+/* One key of a split multi-key get (a bpf_loop callback: hit or miss, the verifier checks it
+ * once). */
+static long hits_step(__u32 k, void *ctx)
+{
+	struct hits_walk *w = ctx;
+	struct scratch *s;
+	int r;
+
+	if (k >= w->n || k >= MAX_GET_KEYS)
+		return 1;
+	r = table_lookup(k, w->out, w->now, w->want_cas, w->limit);
+	if (r >= 0) {
+		w->out += r;
+		return 0;
+	}
+	s = get_scratch();
+	if (!s)
+		return 1;
+	r = w->m;
+	barrier_var(r);
+	s->miss[r & 31] = k;
+	w->m++;
+	return 0;
+}
+
+/* For a split multi-key get: composes in scratch.out the message for the keys that hit (frame
+ * header and VALUE items, no END: the server's answer for the others ends the reply) and lists
+ * the others in scratch.miss. Returns the message's length (UDP_HDR_MC if nothing hit). */
+__noinline int compose_hits(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit, __u64 now)
+{
+	struct scratch *s = get_scratch();
+	struct hits_walk w = { .now = now, .n = n, .want_cas = want_cas, .out = UDP_HDR_MC };
+	__u16 id = req_id;
+
+	if (!s)
+		return -1;
+	w.limit = limit > DGRAM_MAX ? DGRAM_MAX : limit;
+	bpf_loop(MAX_GET_KEYS, hits_step, &w, 0);
+	s->nmiss = w.m;
+	__builtin_memcpy(&s->out[0], &id, 2);
+	__u16 hdr[3] = { 0, bpf_htons(1), 0 };
+	__builtin_memcpy(&s->out[2], hdr, 6);
+	return w.out;
+}
+
+/* Appends missed key number i (and a space) to the get being written at scratch.out[*o] (a
+ * bpf_loop callback). */
+static long miss_step(__u32 i, void *ctx)
+{
+	struct scratch *s = get_scratch();
+	__u32 k, koff, klen, at;
+
+	if (!s || i >= s->nmiss || i >= MAX_GET_KEYS)
+		return 1;
+	barrier_var(i); /* keep the masks below: the verifier needs them */
+	k = s->miss[i & 31];
+	barrier_var(k);
+	koff = s->koff[k & 31];
+	klen = s->klen[k & 31];
+	at = s->need; /* the end so far, in map memory: the verifier need not follow its value */
+	if (klen == 0 || klen > KEY_MAX || at + klen + 2 > DGRAM_MAX) {
+		s->need = 0; /* cannot happen: the keys came from a request of at most this size */
+		return 1;
+	}
+	for (__u32 j = 0; j < 32; j++) {
+		__u32 b = j * 8, to = (at + b) & OUT_MASK;
+		if (b >= klen)
+			break;
+		barrier_var(to);
+		STORE64(&s->out[to], word_at(s, koff + b));
+	}
+	s->out[(at + klen) & OUT_MASK] = ' ';
+	s->need = at + klen + 1;
+	return 0;
+}
+
+/* Writes into scratch.out (after the frame header already there) the get for the keys listed in
+ * scratch.miss ("get " or "gets " as the request had it). Returns its length, frame header
+ * included, or -1. */
+__noinline int compose_miss_request(__u32 want_cas)
+{
+	struct scratch *s = get_scratch();
+	__u32 o = UDP_HDR_MC;
+
+	if (!s || s->nmiss == 0)
+		return -1;
+	__builtin_memcpy(&s->out[o], "gets ", 5);
+	o += want_cas ? 5 : 4;
+	if (!want_cas)
+		s->out[(o - 1) & OUT_MASK] = ' ';
+	s->need = o;
+	bpf_loop(MAX_GET_KEYS, miss_step, NULL, 0);
+	o = s->need;
+	if (o <= UDP_HDR_MC + 5 || o > DGRAM_MAX)
+		return -1;
+	/* the last space becomes the line end */
+	s->out[(o - 1) & OUT_MASK] = '\r';
+	s->out[o & OUT_MASK] = '\n';
+	return o + 1;
 }
 
 static __always_inline int allowed(struct pkt *p)
@@ -188,9 +299,10 @@ static __always_inline int reply_headers(void *data, void *data_end, struct pkt 
 {
 	struct ethhdr *eth = data;
 	struct udphdr *udp;
-	__u32 ulen = 8 + out_len, sum;
+	__u32 ulen = 8 + out_len, sum, l3 = p->l3_off & 63;
 	__u8 mac[ETH_ALEN];
 
+	barrier_var(l3); /* one register: p may live in map memory */
 	if ((void *)(eth + 1) > data_end)
 		return -1;
 	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
@@ -198,7 +310,8 @@ static __always_inline int reply_headers(void *data, void *data_end, struct pkt 
 	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
 
 	if (!p->ipv6) {
-		struct iphdr *ip = data + (p->l3_off & 63);
+		struct iphdr *ip = data + l3;
+		barrier_var(ip); /* one pointer for the bound check and the accesses */
 		if ((void *)(ip + 1) > data_end)
 			return -1;
 		__be32 a = ip->saddr;
@@ -211,7 +324,8 @@ static __always_inline int reply_headers(void *data, void *data_end, struct pkt 
 		sum = csum_words((__u16 *)&ip->saddr, 4);
 		udp = (void *)(ip + 1);
 	} else {
-		struct ipv6hdr *ip6 = data + (p->l3_off & 63);
+		struct ipv6hdr *ip6 = data + l3;
+		barrier_var(ip6);
 		if ((void *)(ip6 + 1) > data_end)
 			return -1;
 		struct in6_addr a = ip6->saddr;
@@ -232,7 +346,7 @@ static __always_inline int reply_headers(void *data, void *data_end, struct pkt 
 	/* pseudo header: addresses, protocol, UDP length (IPv6's 32-bit length sums the same) */
 	*pseudo = csum_add(sum, bpf_htons(IPPROTO_UDP) + udp->len);
 	*udp_sum = csum_words((__u16 *)udp, 4);
-	return (p->l3_off & 63) + (p->ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr)) +
+	return l3 + (p->ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr)) +
 	       __builtin_offsetof(struct udphdr, check);
 }
 

@@ -197,8 +197,8 @@ pub fn workloads(quick: bool) -> Vec<Workload> {
         Workload {
             name: "nontarget".into(),
             description: format!(
-                "traffic the kernel cannot answer: 100% UDP gets of 1000-byte values (too big for \
-                 a reply built in XDP on veth), {keys} keys, Zipf 0.99"
+                "large values: 100% UDP gets of 1000-byte values (too big for a reply built in XDP \
+                 on veth: answered on the skb path, TC ingress), {keys} keys, Zipf 0.99"
             ),
             keys,
             key_size: 16,

@@ -63,6 +63,9 @@ pub struct AttachOpts {
     /// Debug only: settle every write by the quarantine, never by the server's answer (shows
     /// what the exact settling adds).
     pub debug_quarantine_only: bool,
+    /// Debug only: pass partly missing multi-key gets whole instead of splitting them (to
+    /// measure what the split saves).
+    pub debug_no_split: bool,
 }
 
 impl Default for AttachOpts {
@@ -83,6 +86,7 @@ impl Default for AttachOpts {
             max_amplification: 0,
             debug_no_invalidation: false,
             debug_quarantine_only: false,
+            debug_no_split: false,
         }
     }
 }
@@ -242,6 +246,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
                 .as_deref_mut()
                 .context(concat!($what, " object has no rodata"))?;
             ro.max_amplification = opts.max_amplification;
+            ro.no_split = opts.debug_no_split as u32;
         }};
     }
 

@@ -74,6 +74,9 @@ enum Cmd {
         /// Debug: settle every write by the quarantine only (what the exact settling adds).
         #[arg(long, hide = true)]
         debug_quarantine_only: bool,
+        /// Debug: pass partly missing multi-key gets whole (what the split saves).
+        #[arg(long, hide = true)]
+        debug_no_split: bool,
     },
     /// Remove everything `attach` put on an interface (other programs stay).
     Detach {
@@ -173,6 +176,7 @@ fn run(cli: Cli) -> Result<()> {
             max_amplification,
             debug_no_invalidation,
             debug_quarantine_only,
+            debug_no_split,
         } => {
             let opts = AttachOpts {
                 ifaces,
@@ -190,6 +194,7 @@ fn run(cli: Cli) -> Result<()> {
                 max_amplification,
                 debug_no_invalidation,
                 debug_quarantine_only,
+                debug_no_split,
             };
             for info in inkcache::attach(&opts)? {
                 println!(

@@ -82,6 +82,9 @@ counters! {
     /// Replies to sources outside the allowlist larger than `--max-amplification` times the
     /// request, passed to the server.
     amp_refused,
+    /// Multi-key gets split: the kernel answered the keys that hit, memcached got a get for the
+    /// others (its answer carries the END).
+    splits,
 }
 
 impl Stats {

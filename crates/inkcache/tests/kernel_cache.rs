@@ -218,17 +218,30 @@ fn gets_is_answered_with_the_exact_cas() {
     // an entry filled by plain get has no CAS: gets passes, and its reply adds the CAS
     rig.udp_get(4, b"get plain\r\n").unwrap();
     let hits = rig.stat("hits");
+    // (split: the kernel answers c, memcached plain; items come in another order than
+    // memcached's own, and clients match them by key)
+    let sorted = |payload: &[u8]| match inkproto::client::parse_response(payload) {
+        Ok(Some((inkproto::client::Response::Values(mut v), _))) => {
+            v.sort_by(|a, b| a.key.cmp(&b.key));
+            v
+        }
+        other => panic!("{other:?}"),
+    };
     let r = rig.udp_get(5, b"gets plain c\r\n").unwrap();
     assert_eq!(
         rig.stat("hits"),
         hits,
-        "gets of a key without a known CAS passes"
+        "gets of a key without a known CAS is not a whole kernel hit"
     );
-    assert_eq!(
-        inkproto::client::parse_response(&r).unwrap().unwrap().0,
-        rig.tcp(b"gets plain c\r\n")
-    );
-    assert_eq!(rig.udp_get(6, b"gets plain c\r\n").unwrap(), r);
+    let want = match rig.tcp(b"gets plain c\r\n") {
+        inkproto::client::Response::Values(mut v) => {
+            v.sort_by(|a, b| a.key.cmp(&b.key));
+            v
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(sorted(&r), want);
+    assert_eq!(sorted(&rig.udp_get(6, b"gets plain c\r\n").unwrap()), want);
     assert_eq!(rig.stat("hits"), hits + 1, "now both CAS are known");
 
     // the CAS the kernel served is the one memcached checks
@@ -843,4 +856,62 @@ fn meta_get_is_answered_like_memcached() {
     let hits = rig.stat("hits");
     via_udp("mg m v");
     assert_eq!(rig.stat("hits"), hits, "the touch invalidated m");
+}
+
+/// A multi-key get whose keys partly hit is split: the kernel answers the keys that hit (a
+/// message of its own, without END), memcached gets a get for the others only (its answer brings
+/// the END), and the client receives every key memcached has, with its flags and value.
+#[test]
+fn partial_multi_key_gets_are_split() {
+    let rig = Rig::attached(&[]).unwrap();
+    let mut expect = Vec::new();
+    for i in 0..10u32 {
+        let (k, v) = (format!("k{i}"), format!("value-{i}"));
+        set(&rig, &k, i, v.as_bytes());
+        expect.push((k.into_bytes(), i, v.into_bytes()));
+    }
+    for i in (0..10).step_by(2) {
+        rig.udp_get(100 + i, format!("get k{i}\r\n").as_bytes())
+            .unwrap(); // cached
+    }
+    let (get_hits, get_misses) = (rig.mc_stat("get_hits"), rig.mc_stat("get_misses"));
+    let splits = rig.stat("splits");
+    let dgrams = rig.udp_raw(
+        &frame_request(7, b"get k0 k1 k2 k3 k4 k5 k6 k7 k8 k9 nokey\r\n"),
+        Duration::from_millis(500),
+    );
+    // the kernel's message comes first: the cached keys, no END
+    let first = String::from_utf8_lossy(&dgrams[0][8..]).to_string();
+    assert!(
+        first.starts_with("VALUE k0 0 7\r\nvalue-0\r\nVALUE k2 "),
+        "{first}"
+    );
+    assert!(!first.contains("END"), "{first}");
+    let mut got = values(&assemble(&dgrams).expect("a complete reply"));
+    got.sort();
+    assert_eq!(got, expect);
+    assert_eq!(rig.stat("splits"), splits + 1, "{}", rig.stats());
+    assert_eq!(
+        rig.mc_stat("get_hits"),
+        get_hits + 5,
+        "only the odd keys reach memcached"
+    );
+    assert_eq!(rig.mc_stat("get_misses"), get_misses + 1);
+    // memcached's answer filled the others: the same get is now split between the kernel
+    // (all ten) and memcached (nokey)
+    let dgrams = rig.udp_raw(
+        &frame_request(8, b"get k0 k1 k2 k3 k4 k5 k6 k7 k8 k9 nokey\r\n"),
+        Duration::from_millis(500),
+    );
+    let mut got = values(&assemble(&dgrams).unwrap());
+    got.sort();
+    assert_eq!(got, expect);
+    assert_eq!(rig.mc_stat("get_hits"), get_hits + 5);
+    // gets: the CAS of each key is memcached's, whoever answers it
+    rig.udp_get(9, b"gets k1 k3\r\n").unwrap(); // k1 and k3 now cached with their CAS
+    let r = rig.udp_get(10, b"gets k1 k2 k3\r\n").unwrap(); // k2 has no CAS cached: split
+    assert_eq!(
+        inkproto::client::parse_response(&r).unwrap().unwrap().0,
+        rig.tcp(b"gets k1 k3 k2\r\n")
+    );
 }

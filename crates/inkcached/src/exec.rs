@@ -428,8 +428,16 @@ fn meta(
             let now = store.now();
             let mut value = None;
             let hit = store.get(key, touch, |it| {
-                for (c, _) in flags.iter() {
+                // return flags in the order the request gives them, as memcached does
+                for (c, arg) in flags.iter() {
                     match c {
+                        b'O' => push_flag(&mut f, b'O', arg),
+                        b'k' => {
+                            push_flag(&mut f, b'k', raw_key);
+                            if b64 {
+                                push_flag(&mut f, b'b', b"");
+                            }
+                        }
                         b'c' => push_flag(&mut f, b'c', it.cas().to_string().as_bytes()),
                         b'f' => push_flag(&mut f, b'f', it.flags().to_string().as_bytes()),
                         b's' => push_flag(&mut f, b's', it.value().len().to_string().as_bytes()),
@@ -453,7 +461,6 @@ fn meta(
             });
             if hit.is_some() {
                 st.inc(C::get_hits);
-                echo(&flags, raw_key, b64, &mut f);
                 match value {
                     Some(v) => {
                         resp::meta(out, "VA", Some(v.len()), &f);

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Server cost of multi-key UDP gets: CPU1 time per request for gets of N keys, answered by stock
+# memcached (no cache on the path) and by the kernel (inkcache attached, every key hits), in the
+# pinned topology of shared/GUIDE.md section 2 (client on CPU0; memcached -t 1 and the server
+# veth's threaded NAPI on CPU1). Prints a markdown table (median of 3 rounds).
+# What it decides: a multi-get that partly hits can either pass whole to memcached, or be split
+# (the kernel answers the hits, memcached the rest); splitting pays off only if what memcached
+# saves per key it no longer answers exceeds what splitting costs the kernel.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+BIN=${BIN:-target/release}
+SECS=${SECS:-5}
+SIZES=${SIZES:-"1 2 5 10 24"}
+ID=$$
+SRV=inkmg-s$ID CLI=inkmg-c$ID SIF=ims$ID CIF=imc$ID
+MCPID=""
+OUT=$(mktemp -d)
+cleanup() {
+    set +e
+    [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
+    "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
+    netns_del "$SRV" "$CLI"
+    rm -rf "$OUT"
+}
+trap cleanup EXIT
+netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
+"$BIN/inkcache" --netns "$CLI" veth-peer --iface "$CIF"
+ip netns exec "$SRV" taskset -c 1 memcached -u root -p 11211 -U 11211 -t 1 -m 256 &
+MCPID=$!
+sleep 0.5
+
+cpu1_busy() { # jiffies CPU1 spent on anything but idle and iowait
+    awk '$1 == "cpu1" { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
+}
+run() { # $1 label, $2 keys per get
+    local b0 b1
+    b0=$(cpu1_busy)
+    ip netns exec "$CLI" taskset -c 0 "$BIN/inkbench" run --server 198.18.0.1:11211 --proto udp \
+        --get-ratio 1 --multiget "$2" --keys 2000 --key-size 16 --value-size 16 \
+        --duration "${SECS}s" --warmup 0s --inflight 32 --no-server-stats --json > "$OUT/$1.json"
+    b1=$(cpu1_busy)
+    echo $((b1 - b0)) > "$OUT/$1.busy"
+}
+threaded_napi() {
+    ip netns exec "$SRV" sh -c "echo 1 > /sys/class/net/$SIF/threaded"
+    sleep 0.2
+    pin_napi "$SIF" 1
+}
+# every key exists (and, with inkcache, is in the kernel cache before the measured runs)
+ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:11211 --proto tcp --get-ratio 0 \
+    --keys 2000 --key-size 16 --value-size 16 --duration 2s --no-server-stats --json >/dev/null
+for round in 1 2 3; do
+    for mode in memcached kernel; do
+        if [ $mode = kernel ]; then
+            "$BIN/inkcache" --netns "$SRV" attach --iface "$SIF" >/dev/null
+            threaded_napi
+            run "warm-$round" 1 # learn every key
+        else
+            "$BIN/inkcache" --netns "$SRV" veth-peer --iface "$SIF"
+            threaded_napi
+        fi
+        for n in $SIZES; do run "$mode-$n-$round" "$n"; done
+        if [ $mode = kernel ]; then
+            "$BIN/inkcache" --netns "$SRV" stats --iface "$SIF" --json > "$OUT/stats-$round.json"
+            "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null
+        else
+            "$BIN/inkcache" --netns "$SRV" veth-peer --iface "$SIF" --remove
+        fi
+    done
+done
+python3 - "$OUT" "$SECS" "$SIZES" "$(getconf CLK_TCK)" <<'PY'
+import json, sys, statistics
+d, secs, sizes, hz = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4])
+def cost(mode, n):
+    """median over rounds of CPU1 microseconds per request, and of requests/s"""
+    us, rps = [], []
+    for r in (1, 2, 3):
+        j = json.load(open(f"{d}/{mode}-{n}-{r}.json"))
+        busy = int(open(f"{d}/{mode}-{n}-{r}.busy").read()) / hz
+        rps.append(j["throughput"])
+        us.append(busy / (j["throughput"] * secs) * 1e6)
+    return statistics.median(us), statistics.median(rps)
+print("| keys per get | memcached µs/request | memcached req/s | kernel (all hit) µs/request | kernel req/s |")
+print("| ---: | ---: | ---: | ---: | ---: |")
+rows = {}
+for n in sizes:
+    m, mr = cost("memcached", n); k, kr = cost("kernel", n)
+    rows[int(n)] = (m, k)
+    print(f"| {n} | {m:.2f} | {mr:,.0f} | {k:.2f} | {kr:,.0f} |")
+ns = sorted(rows)
+lo, hi = ns[0], ns[-1]
+per_key = (rows[hi][0] - rows[lo][0]) / (hi - lo)
+print()
+print(f"memcached's cost per extra key: {per_key:.2f} µs ((cost at {hi} keys - cost at {lo}) / {hi - lo});"
+      f" a request costs it {rows[lo][0]:.2f} µs with {lo} key(s)")
+st = json.load(open(f"{d}/stats-3.json"))
+print(f"kernel counters (last round): hits={st['hits']} misses={st['misses']} too_big={st['too_big']}")
+PY
