@@ -6,11 +6,19 @@
 # What it decides: a multi-get that partly hits can either pass whole to memcached, or be split
 # (the kernel answers the hits, memcached the rest); splitting pays off only if what memcached
 # saves per key it no longer answers exceeds what splitting costs the kernel.
+# PARTIAL=1: gets draw from twice the keys stored, so a get of N keys has about N/2 hits and N/2
+# keys memcached does not have either; measured with the split (kernel) and with the get passed
+# whole (kernel-nosplit, --debug-no-split).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-target/release}
 SECS=${SECS:-5}
 SIZES=${SIZES:-"1 2 5 10 24"}
+PARTIAL=${PARTIAL:-0}
+STORED=2000
+GETKEYS=$STORED
+MODES="memcached kernel"
+if [ "$PARTIAL" = 1 ]; then GETKEYS=$((2 * STORED)); MODES="memcached kernel kernel-nosplit"; fi
 ID=$$
 SRV=inkmg-s$ID CLI=inkmg-c$ID SIF=ims$ID CIF=imc$ID
 MCPID=""
@@ -32,11 +40,11 @@ sleep 0.5
 cpu1_busy() { # jiffies CPU1 spent on anything but idle and iowait
     awk '$1 == "cpu1" { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
 }
-run() { # $1 label, $2 keys per get
+run() { # $1 label, $2 keys per get, $3 keys drawn from
     local b0 b1
     b0=$(cpu1_busy)
     ip netns exec "$CLI" taskset -c 0 "$BIN/inkbench" run --server 198.18.0.1:11211 --proto udp \
-        --get-ratio 1 --multiget "$2" --keys 2000 --key-size 16 --value-size 16 \
+        --get-ratio 1 --multiget "$2" --keys "$3" --key-size 16 --value-size 16 \
         --duration "${SECS}s" --warmup 0s --inflight 32 --no-server-stats --json > "$OUT/$1.json"
     b1=$(cpu1_busy)
     echo $((b1 - b0)) > "$OUT/$1.busy"
@@ -48,19 +56,22 @@ threaded_napi() {
 }
 # every key exists (and, with inkcache, is in the kernel cache before the measured runs)
 ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:11211 --proto tcp --get-ratio 0 \
-    --keys 2000 --key-size 16 --value-size 16 --duration 2s --no-server-stats --json >/dev/null
+    --keys $STORED --key-size 16 --value-size 16 --duration 2s --no-server-stats --json >/dev/null
 for round in 1 2 3; do
-    for mode in memcached kernel; do
-        if [ $mode = kernel ]; then
-            "$BIN/inkcache" --netns "$SRV" attach --iface "$SIF" >/dev/null
+    for mode in $MODES; do
+        if [ $mode != memcached ]; then
+            extra=""
+            [ $mode = kernel-nosplit ] && extra=--debug-no-split
+            # shellcheck disable=SC2086
+            "$BIN/inkcache" --netns "$SRV" attach --iface "$SIF" $extra >/dev/null
             threaded_napi
-            run "warm-$round" 1 # learn every key
+            run "warm-$round" 1 $STORED # learn every key
         else
             "$BIN/inkcache" --netns "$SRV" veth-peer --iface "$SIF"
             threaded_napi
         fi
-        for n in $SIZES; do run "$mode-$n-$round" "$n"; done
-        if [ $mode = kernel ]; then
+        for n in $SIZES; do run "$mode-$n-$round" "$n" $GETKEYS; done
+        if [ $mode != memcached ]; then
             "$BIN/inkcache" --netns "$SRV" stats --iface "$SIF" --json > "$OUT/stats-$round.json"
             "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null
         else
@@ -68,9 +79,10 @@ for round in 1 2 3; do
         fi
     done
 done
-python3 - "$OUT" "$SECS" "$SIZES" "$(getconf CLK_TCK)" <<'PY'
+python3 - "$OUT" "$SECS" "$SIZES" "$(getconf CLK_TCK)" "$PARTIAL" <<'PY'
 import json, sys, statistics
 d, secs, sizes, hz = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4])
+partial = sys.argv[5] == "1"
 def cost(mode, n):
     """median over rounds of CPU1 microseconds per request, and of requests/s"""
     us, rps = [], []
@@ -80,6 +92,16 @@ def cost(mode, n):
         rps.append(j["throughput"])
         us.append(busy / (j["throughput"] * secs) * 1e6)
     return statistics.median(us), statistics.median(rps)
+if partial:
+    print("| keys per get (half of them stored) | memcached µs/request | inkcache, split: µs/request | req/s | inkcache, passed whole: µs/request | req/s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n in sizes:
+        m, mr = cost("memcached", n); k, kr = cost("kernel", n); w, wr = cost("kernel-nosplit", n)
+        print(f"| {n} | {m:.2f} | {k:.2f} | {kr:,.0f} | {w:.2f} | {wr:,.0f} |")
+    st = json.load(open(f"{d}/stats-3.json"))
+    print()
+    print(f"kernel counters (last round, passed whole): hits={st['hits']} misses={st['misses']} splits={st['splits']}")
+    sys.exit(0)
 print("| keys per get | memcached µs/request | memcached req/s | kernel (all hit) µs/request | kernel req/s |")
 print("| ---: | ---: | ---: | ---: | ---: |")
 rows = {}
