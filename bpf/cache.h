@@ -476,11 +476,20 @@ static __always_inline __u32 set_index(__u64 h)
 __noinline int fifo_push(__u32 set)
 {
 	struct scratch *s = get_scratch();
+	struct ink_global *g = global_state();
 	struct ink_conn *c;
 	__u64 t;
 
-	if (!s)
+	if (!s || !g)
 		return -1;
+	if (s->ws.udp) {
+		/* a UDP write: settled by the answer that echoes its request id (one entry per
+		 * request id: if one is still waiting, the new write uses the quarantine) */
+		struct ink_udp_write w = {
+			.ts_ns = bpf_ktime_get_ns(), .set = set, .gen = (__u32)g->gen,
+		};
+		return bpf_map_update_elem(&udp_writes, &s->ws.rk, &w, BPF_NOEXIST) ? -1 : 0;
+	}
 	c = bpf_map_lookup_elem(&conns, &s->ws.ck);
 	if (!c)
 		return -1;
@@ -548,6 +557,46 @@ __noinline int settle(__u32 upto, __u32 how)
 		stat_inc(how == SETTLE_LOST ? ST_QUARANTINED : ST_SETTLED);
 	}
 	c->fifo_head = h;
+	return 0;
+}
+
+/* The answer to the UDP request scratch.ws.rk has passed egress: a write it carried is applied. */
+__noinline int settle_udp(void)
+{
+	struct scratch *s = get_scratch();
+	struct ink_global *g = global_state();
+	struct ink_udp_write *w;
+	struct ink_set *set;
+	__u64 now;
+	__u32 idx;
+
+	if (!s || !g)
+		return 0;
+	w = bpf_map_lookup_elem(&udp_writes, &s->ws.rk);
+	if (!w)
+		return 0;
+	idx = w->set;
+	if (w->gen != (__u32)g->gen) /* counted for a server that is gone */
+		goto done;
+	now = bpf_ktime_get_ns();
+	if (idx == FLUSH_SET) {
+		if (g->flush_ns < now)
+			g->flush_ns = now;
+		__sync_fetch_and_add(&g->flush_open, -1);
+	} else {
+		set = bpf_map_lookup_elem(&sets, &idx);
+		if (set) {
+			bpf_spin_lock(&set->lock);
+			if (set->gen == (__u32)g->gen && set->open)
+				set->open--;
+			if (set->stable_since < now)
+				set->stable_since = now;
+			bpf_spin_unlock(&set->lock);
+		}
+	}
+	stat_inc(ST_SETTLED);
+done:
+	bpf_map_delete_elem(&udp_writes, &s->ws.rk);
 	return 0;
 }
 

@@ -153,6 +153,13 @@ struct ink_req_val {
 	__u64 ts_ns;           /* when the request arrived */
 };
 
+/* A UDP write waiting for its answer (the answer carries the request's id). */
+struct ink_udp_write {
+	__u64 ts_ns;           /* when it arrived */
+	__u32 set;             /* its key's set, or FLUSH_SET */
+	__u32 gen;             /* server generation */
+};
+
 /* Allowlist: longest-prefix match over IPv6 addresses; IPv4 as ::ffff:0:0/96. */
 struct ink_lpm_key {
 	__u32 prefixlen;

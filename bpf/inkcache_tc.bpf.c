@@ -330,10 +330,12 @@ int inkcache_tc_egress(struct __sk_buff *skb)
 	if (p.proto != IPPROTO_UDP)
 		return TC_ACT_OK;
 	plen = p.payload_len;
-	if (plen < UDP_HDR_MC + 5 || plen > DGRAM_MAX)
+	if (plen < UDP_HDR_MC + 3 || plen > DGRAM_MAX) /* "0\r\n", incr's shortest answer */
 		return TC_ACT_OK;
 	/* the frame header and the first word first: most replies stop here */
-	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, UDP_HDR_MC + 6))
+	__builtin_memset(&s->buf[UDP_HDR_MC], 0, 8);
+	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, plen < UDP_HDR_MC + 6 ? UDP_HDR_MC + 3 :
+								      UDP_HDR_MC + 6))
 		return TC_ACT_OK;
 	/* one-datagram replies only: seq 0, total 1 */
 	if (s->buf[2] || s->buf[3] || s->buf[4] || s->buf[5] != 1)
@@ -346,11 +348,13 @@ int inkcache_tc_egress(struct __sk_buff *skb)
 		 * the request is done (a plain miss too) */
 		if (plen == UDP_HDR_MC + 5 && buf_eq(s, UDP_HDR_MC, "END\r\n", 5))
 			bpf_map_delete_elem(&pending, &rk);
+		else
+			goto udp_write; /* STORED, DELETED, ...: the answer to a UDP write? */
 		return TC_ACT_OK;
 	}
 	rv = bpf_map_lookup_elem(&pending, &rk);
 	if (!rv)
-		return TC_ACT_OK; /* not a get the XDP side passed and remembered */
+		goto udp_write; /* not a get the XDP side passed: a gat's answer? */
 	req_ts = rv->ts_ns;
 	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, plen))
 		return TC_ACT_OK;
@@ -368,5 +372,10 @@ int inkcache_tc_egress(struct __sk_buff *skb)
 			break;
 		off += r;
 	}
+	return TC_ACT_OK;
+udp_write:
+	/* the answer echoes the request's id: a UDP write it answers has been applied */
+	s->ws.rk = rk;
+	settle_udp();
 	return TC_ACT_OK;
 }

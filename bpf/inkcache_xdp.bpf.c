@@ -136,6 +136,29 @@ static __always_inline long walk_stop(struct walk *w, int ret)
 	return 1;
 }
 
+/* Whether the command whose line is [pos, eol] is all of scratch.buf[0, len): the line, and for a
+ * storage command its data block ("<cmd> <key> <flags> <exptime> <bytes>", "ms <key> <bytes>"). */
+static __always_inline int udp_single(int cmd, __u32 pos, int tend, int eol, __u32 len)
+{
+	int t1, t2, t3, b;
+
+	if (cmd != CMD_STORE && cmd != CMD_META_SET)
+		return (__u32)eol + 1 == len;
+	t1 = scan_token(tend + 1, eol); /* the key */
+	if (t1 < 0)
+		return 0;
+	if (cmd == CMD_META_SET) {
+		t2 = scan_token(t1 + 1, eol);
+		b = t2 < 0 ? -1 : parse_uint(t1 + 1, t2);
+	} else {
+		t2 = scan_token(t1 + 1, eol);                  /* flags */
+		t3 = t2 < 0 ? -1 : scan_token(t2 + 1, eol);    /* exptime */
+		b = t3 < 0 ? -1 : scan_token(t3 + 1, eol);     /* bytes */
+		b = b < 0 ? -1 : parse_uint(t3 + 1, b);
+	}
+	return b >= 0 && (__u32)eol + 1 + (__u32)b + 2 == len;
+}
+
 /* One command at w->pos (a bpf_loop callback: the verifier checks it once). Invalidates every key
  * it may change and counts the answers the server will give. On a followed connection
  * (scratch.ws.tracked) a line not complete yet stops the walk, to be carried over; otherwise
@@ -186,6 +209,9 @@ static long walk_command(__u32 i, void *ctx)
 		return walk_stop(w, len);
 	}
 
+	/* UDP: only a request that is one command is settled by its answer */
+	if (s->ws.udp && (i > 0 || !udp_single(cmd, pos, tend, eol, len)))
+		exact = 0;
 	/* a complete line [pos, eol]; its content ends before "\r\n" (or a bare "\n") */
 	e = (__u32)eol;
 	if (e > pos && BUF(s, e - 1) == '\r')
@@ -673,6 +699,7 @@ int inkcache_xdp(struct xdp_md *ctx)
 			stat_inc(ST_PASSED);
 			return XDP_PASS;
 		}
+		s->ws.udp = 0;
 		if (!ingress_stream(ctx, p.payload_off, plen, seq))
 			return XDP_PASS;
 		/* a connection not followed (seen mid-stream, or no room to follow it): the segment is
@@ -740,13 +767,22 @@ int inkcache_xdp(struct xdp_md *ctx)
 		}
 		/* not answered here: mg with T, N, E or R writes, so it is walked as a command */
 	}
-	/* UDP writes are not answered in order: they fall back to the quarantine */
+	/* a UDP request that is one write is settled by the answer echoing its request id; other
+	 * writes over UDP fall back to the quarantine */
 	s->ws.stream = 0;
-	s->ws.exact = 0;
-	if (BUF(s, 0) == BIN_REQ_MAGIC)
+	s->ws.exact = 1;
+	s->ws.udp = 1;
+	__builtin_memcpy(s->ws.rk.addr, p.saddr, 16);
+	s->ws.rk.port = p.sport;
+	s->ws.rk.req_id = req_id;
+	s->ws.rk.pad = 0;
+	if (BUF(s, 0) == BIN_REQ_MAGIC) {
+		s->ws.exact = 0;
 		invalidate_binary(0, plen);
-	else
+	} else {
 		invalidate_mutations(0, plen);
+	}
+	s->ws.udp = 0;
 	stat_inc(ST_PASSED);
 	return XDP_PASS;
 }

@@ -75,6 +75,15 @@ struct {
 	__uint(max_entries, 4096);
 } conns SEC(".maps");
 
+/* UDP writes waiting for their answers (--pending bounds it too). An entry evicted before its
+ * answer leaves its set blocked until --settle-max. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct ink_req_key);
+	__type(value, struct ink_udp_write);
+	__uint(max_entries, 65536);
+} udp_writes SEC(".maps");
+
 /* Get requests passed to the server; their replies may fill the cache. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -24,7 +24,8 @@ struct walk_state {
 	__u32 cmds;            /* ingress: answers the commands so far will get (next one's index) */
 	__u32 skip;            /* bytes of a data block past the end of what was walked */
 	__u32 answers;         /* egress: answers seen */
-	__u32 pad;
+	__u32 udp;             /* a UDP request: a write is settled by the answer with its id */
+	struct ink_req_key rk; /* the UDP request (client, port, request id) */
 };
 
 /* Arguments of table_fill (a BPF function takes at most five). */

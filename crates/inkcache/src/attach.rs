@@ -267,6 +267,10 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         .pending
         .set_max_entries(opts.pending_entries.max(1024))?;
     xopen.maps.conns.set_max_entries(opts.max_conns.max(16))?;
+    xopen
+        .maps
+        .udp_writes
+        .set_max_entries(opts.pending_entries.max(1024))?;
     let xskel = xopen.load().map_err(|e| load_err("XDP", e))?;
 
     let mut tobj = MaybeUninit::uninit();
@@ -286,6 +290,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         t.global.reuse_fd(x.global.as_fd())?;
         t.meta.reuse_fd(x.meta.as_fd())?;
         t.conns.reuse_fd(x.conns.as_fd())?;
+        t.udp_writes.reuse_fd(x.udp_writes.as_fd())?;
     }
     let tskel = topen.load().map_err(|e| load_err("TC", e))?;
 
@@ -555,9 +560,10 @@ fn attach_one(
         for (name, link) in cg_links {
             pin_fd(link.as_fd(), &t.dir.join(name))?;
         }
-        let maps: [(&str, &dyn MapCore); 10] = [
+        let maps: [(&str, &dyn MapCore); 11] = [
             ("ttl_hints", &m.ttl_hints),
             ("conns", &m.conns),
+            ("udp_writes", &m.udp_writes),
             ("sets", &m.sets),
             ("arena", &m.arena),
             ("stats", &m.stats),

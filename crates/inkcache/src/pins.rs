@@ -16,6 +16,7 @@ pub const MAPS: &[&str] = &[
     "arena",
     "ttl_hints",
     "conns",
+    "udp_writes",
     "stats",
     "ports",
     "allow",

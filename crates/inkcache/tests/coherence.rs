@@ -80,6 +80,58 @@ fn mutations_over_udp_invalidate() {
     assert_fresh(&rig, "uk", "delete over UDP");
 }
 
+/// A UDP request that is one write is settled by memcached's answer, which echoes its request
+/// id: the key fills again as soon as the answer has passed, with no quarantine (here an hour).
+/// Without an answer to wait for (noreply, or several commands in one datagram), the quarantine
+/// applies.
+#[test]
+fn udp_writes_are_settled_by_their_answers() {
+    let rig = Rig::attached(&["--quarantine-ms", "3600000"]).unwrap();
+    for (i, cmd, answer) in [
+        (0u16, "set uk0 0 0 3\r\nnew\r\n", &b"STORED\r\n"[..]),
+        (1, "incr un1 1\r\n", b"2\r\n"),
+        (2, "touch uk2 100\r\n", b"TOUCHED\r\n"),
+        (3, "ms uk3 3 T0\r\nnew\r\n", b"HD\r\n"),
+    ] {
+        let key = cmd.split(' ').nth(1).unwrap();
+        let old: &[u8] = if key.starts_with("un") { b"1" } else { b"old" };
+        set_over_tcp_no_wait(&rig, key, old);
+        cache_it(&rig, key);
+        let settled = rig.stat("settled");
+        let r = rig.udp_raw(
+            &frame_request(40 + i, cmd.as_bytes()),
+            Duration::from_millis(500),
+        );
+        assert_eq!(assemble(&r).unwrap(), answer, "{cmd}");
+        assert_eq!(rig.stat("settled"), settled + 1, "{cmd}: {}", rig.stats());
+        assert_fresh(&rig, key, cmd);
+        cache_it(&rig, key); // fills at once: no quarantine
+    }
+    // noreply: no answer to wait for, the hour-long quarantine applies
+    set_over_tcp_no_wait(&rig, "unr", b"old");
+    cache_it(&rig, "unr");
+    rig.udp_raw(
+        &frame_request(50, b"set unr 0 0 3 noreply\r\nnew\r\n"),
+        Duration::from_millis(200),
+    );
+    assert_fresh(&rig, "unr", "noreply set over UDP");
+    let fills = rig.stat("fills");
+    rig.udp_get(51, b"get unr\r\n").unwrap();
+    assert_eq!(
+        rig.stat("fills"),
+        fills,
+        "a noreply write keeps its quarantine"
+    );
+}
+
+/// Stores key=value over a followed TCP connection: settled by memcached's answer, no wait.
+fn set_over_tcp_no_wait(rig: &Rig, key: &str, value: &[u8]) {
+    let mut req = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
+    req.extend_from_slice(value);
+    req.extend_from_slice(b"\r\n");
+    assert_eq!(rig.tcp(&req), inkproto::client::Response::Stored);
+}
+
 fn cache_it_after_quarantine(rig: &Rig, key: &str) {
     settle();
     cache_it(rig, key);

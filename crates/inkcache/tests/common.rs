@@ -83,10 +83,11 @@ impl Rig {
             &port,
             "--cache-mb",
             "8",
-            // a short write quarantine keeps the tests quick: `set()` waits it out
-            "--quarantine-ms",
-            QUARANTINE_MS,
         ];
+        if !extra.contains(&"--quarantine-ms") {
+            // a short write quarantine keeps the tests quick: `set()` waits it out
+            args.extend_from_slice(&["--quarantine-ms", QUARANTINE_MS]);
+        }
         args.extend_from_slice(extra);
         let out = self.inkcache(&args);
         if !out.status.success() {
