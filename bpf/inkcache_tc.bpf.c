@@ -296,16 +296,73 @@ static __always_inline void tcp_egress(struct __sk_buff *skb, struct scratch *s,
 		conn_close(SETTLE_CLOSED); /* the server applies nothing more from this connection */
 }
 
+/* One UDP datagram from the server, plen bytes of payload at `off` (the client is in
+ * scratch.ws.rk): fills the cache from a reply to a get XDP passed, or settles the UDP write it
+ * answers. */
+__noinline int udp_reply(struct __sk_buff *skb, __u32 off, __u32 plen)
+{
+	struct scratch *s = get_scratch();
+	struct ink_req_val *rv;
+	__u32 at;
+	__u64 req_ts;
+
+	if (!s || !skb)
+		return 0;
+	if (plen < UDP_HDR_MC + 3 || plen > DGRAM_MAX) /* "0\r\n", incr's shortest answer */
+		return 0;
+	/* the frame header and the first word first: most replies stop here */
+	__builtin_memset(&s->buf[UDP_HDR_MC], 0, 8);
+	if (bpf_skb_load_bytes(skb, off, s->buf, plen < UDP_HDR_MC + 6 ? UDP_HDR_MC + 3 :
+								      UDP_HDR_MC + 6))
+		return 0;
+	/* one-datagram replies only: seq 0, total 1 */
+	if (s->buf[2] || s->buf[3] || s->buf[4] || s->buf[5] != 1)
+		return 0;
+	__builtin_memcpy(&s->ws.rk.req_id, s->buf, 2);
+	if (!buf_eq(s, UDP_HDR_MC, "VALUE ", 6)) {
+		/* memcached answers a UDP multi-get with one message per key and END in the last:
+		 * the request is done (a plain miss too) */
+		if (plen == UDP_HDR_MC + 5 && buf_eq(s, UDP_HDR_MC, "END\r\n", 5))
+			bpf_map_delete_elem(&pending, &s->ws.rk);
+		else /* STORED, DELETED, ...: the answer echoes the request id of a UDP write */
+			settle_udp();
+		return 0;
+	}
+	rv = bpf_map_lookup_elem(&pending, &s->ws.rk);
+	if (!rv) {
+		settle_udp(); /* not a get the XDP side passed: a gat's answer? */
+		return 0;
+	}
+	req_ts = rv->ts_ns;
+	barrier_var(plen);
+	if (bpf_skb_load_bytes(skb, off, s->buf, (plen & 2047) ?: 1))
+		return 0;
+	/* the request stays remembered until the message that ends its reply */
+	if (buf_eq(s, plen - 5, "END\r\n", 5))
+		bpf_map_delete_elem(&pending, &s->ws.rk);
+
+	at = UDP_HDR_MC;
+	for (__u32 i = 0; i < MAX_GET_KEYS; i++) {
+		int r;
+		if (at + 5 >= plen)
+			break;
+		r = fill_item(at, plen, req_ts);
+		if (r <= 0)
+			break;
+		at += r;
+	}
+	return 0;
+}
+
+#define GSO_SEGS_MAX 64 /* datagrams of one UDP_SEGMENT send walked (the kernel allows 64) */
+
 SEC("tc")
 int inkcache_tc_egress(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
-	struct ink_req_key rk = {};
-	struct ink_req_val *rv;
 	struct scratch *s;
 	struct pkt p = {};
-	__u32 plen, off;
-	__u64 req_ts;
+	__u32 plen, seg;
 	__u16 port;
 
 	if (parse_frame(data, data_end, skb->len, &p) == PARSE_BAD) {
@@ -329,53 +386,24 @@ int inkcache_tc_egress(struct __sk_buff *skb)
 	}
 	if (p.proto != IPPROTO_UDP)
 		return TC_ACT_OK;
+	__builtin_memcpy(s->ws.rk.addr, p.daddr, 16);
+	s->ws.rk.port = p.dport;
+	s->ws.rk.pad = 0;
 	plen = p.payload_len;
-	if (plen < UDP_HDR_MC + 3 || plen > DGRAM_MAX) /* "0\r\n", incr's shortest answer */
-		return TC_ACT_OK;
-	/* the frame header and the first word first: most replies stop here */
-	__builtin_memset(&s->buf[UDP_HDR_MC], 0, 8);
-	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, plen < UDP_HDR_MC + 6 ? UDP_HDR_MC + 3 :
-								      UDP_HDR_MC + 6))
-		return TC_ACT_OK;
-	/* one-datagram replies only: seq 0, total 1 */
-	if (s->buf[2] || s->buf[3] || s->buf[4] || s->buf[5] != 1)
-		return TC_ACT_OK;
-	__builtin_memcpy(rk.addr, p.daddr, 16);
-	rk.port = p.dport;
-	__builtin_memcpy(&rk.req_id, s->buf, 2);
-	if (!buf_eq(s, UDP_HDR_MC, "VALUE ", 6)) {
-		/* memcached answers a UDP multi-get with one message per key and END in the last:
-		 * the request is done (a plain miss too) */
-		if (plen == UDP_HDR_MC + 5 && buf_eq(s, UDP_HDR_MC, "END\r\n", 5))
-			bpf_map_delete_elem(&pending, &rk);
-		else
-			goto udp_write; /* STORED, DELETED, ...: the answer to a UDP write? */
+	seg = skb->gso_segs > 1 ? skb->gso_size : 0;
+	if (!seg) {
+		udp_reply(skb, p.payload_off, plen);
 		return TC_ACT_OK;
 	}
-	rv = bpf_map_lookup_elem(&pending, &rk);
-	if (!rv)
-		goto udp_write; /* not a get the XDP side passed: a gat's answer? */
-	req_ts = rv->ts_ns;
-	if (bpf_skb_load_bytes(skb, p.payload_off, s->buf, plen))
+	/* several datagrams sent at once (UDP_SEGMENT, as inkcached batches its replies): each
+	 * gso_size bytes of the payload become a datagram of their own, the last one shorter */
+	if (seg < UDP_HDR_MC + 3 || seg > DGRAM_MAX)
 		return TC_ACT_OK;
-	/* the request stays remembered until the message that ends its reply */
-	if (buf_eq(s, plen - 5, "END\r\n", 5))
-		bpf_map_delete_elem(&pending, &rk);
-
-	off = UDP_HDR_MC;
-	for (__u32 i = 0; i < MAX_GET_KEYS; i++) {
-		int r;
-		if (off + 5 >= plen)
+	for (__u32 i = 0; i < GSO_SEGS_MAX; i++) {
+		__u32 at = i * seg;
+		if (at >= plen)
 			break;
-		r = fill_item(off, plen, req_ts);
-		if (r <= 0)
-			break;
-		off += r;
+		udp_reply(skb, p.payload_off + at, plen - at < seg ? plen - at : seg);
 	}
-	return TC_ACT_OK;
-udp_write:
-	/* the answer echoes the request's id: a UDP write it answers has been applied */
-	s->ws.rk = rk;
-	settle_udp();
 	return TC_ACT_OK;
 }

@@ -915,3 +915,34 @@ fn partial_multi_key_gets_are_split() {
         rig.tcp(b"gets k1 k3 k2\r\n")
     );
 }
+
+/// A burst of gets from one client fills every key it misses, however the server sends its
+/// replies: inkcached answers such a burst with one UDP_SEGMENT send (one skb of several
+/// datagrams at TC egress), which TC egress walks datagram by datagram.
+#[test]
+fn a_burst_of_misses_fills_every_key() {
+    let rig = Rig::attached(&[]).unwrap();
+    let value = vec![b'v'; 1000];
+    for i in 0..16 {
+        set(&rig, &format!("burst{i}"), 0, &value);
+    }
+    let fills = rig.stat("fills");
+    let addr = rig.server_addr();
+    let answered = rig.client(move || {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        for i in 0..16u16 {
+            let req = format!("get burst{i}\r\n");
+            s.send_to(&frame_request(i, req.as_bytes()), addr).unwrap();
+        }
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut buf = [0u8; 2048];
+        let mut n = 0;
+        while n < 16 && s.recv_from(&mut buf).is_ok() {
+            n += 1;
+        }
+        n
+    });
+    assert_eq!(answered, 16);
+    assert_eq!(rig.stat("fills"), fills + 16, "{}", rig.stats());
+}

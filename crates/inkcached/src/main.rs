@@ -109,17 +109,19 @@ fn run(cli: Cli) -> Result<()> {
         })
         .collect();
     for &ip in &addrs {
-        let tcp = match cli.port {
+        // UDP first: once the TCP port accepts connections (what clients and tests take for
+        // "ready"), UDP datagrams are already queued rather than refused
+        let udp = match cli.udp_port {
             0 => Vec::new(),
-            p => match net::bind_group(SocketAddr::new(ip, p), true, n) {
+            p => match net::bind_group(SocketAddr::new(ip, p), false, n) {
                 Ok(v) => v,
                 Err(_) if optional(&cli, ip) => continue,
                 Err(e) => return Err(e),
             },
         };
-        let udp = match cli.udp_port {
+        let tcp = match cli.port {
             0 => Vec::new(),
-            p => match net::bind_group(SocketAddr::new(ip, p), false, n) {
+            p => match net::bind_group(SocketAddr::new(ip, p), true, n) {
                 Ok(v) => v,
                 Err(_) if optional(&cli, ip) => continue,
                 Err(e) => return Err(e),
