@@ -136,29 +136,6 @@ static __always_inline long walk_stop(struct walk *w, int ret)
 	return 1;
 }
 
-/* Whether the command whose line is [pos, eol] is all of scratch.buf[0, len): the line, and for a
- * storage command its data block ("<cmd> <key> <flags> <exptime> <bytes>", "ms <key> <bytes>"). */
-static __always_inline int udp_single(int cmd, __u32 pos, int tend, int eol, __u32 len)
-{
-	int t1, t2, t3, b;
-
-	if (cmd != CMD_STORE && cmd != CMD_META_SET)
-		return (__u32)eol + 1 == len;
-	t1 = scan_token(tend + 1, eol); /* the key */
-	if (t1 < 0)
-		return 0;
-	if (cmd == CMD_META_SET) {
-		t2 = scan_token(t1 + 1, eol);
-		b = t2 < 0 ? -1 : parse_uint(t1 + 1, t2);
-	} else {
-		t2 = scan_token(t1 + 1, eol);                  /* flags */
-		t3 = t2 < 0 ? -1 : scan_token(t2 + 1, eol);    /* exptime */
-		b = t3 < 0 ? -1 : scan_token(t3 + 1, eol);     /* bytes */
-		b = b < 0 ? -1 : parse_uint(t3 + 1, b);
-	}
-	return b >= 0 && (__u32)eol + 1 + (__u32)b + 2 == len;
-}
-
 /* One command at w->pos (a bpf_loop callback: the verifier checks it once). Invalidates every key
  * it may change and counts the answers the server will give. On a followed connection
  * (scratch.ws.tracked) a line not complete yet stops the walk, to be carried over; otherwise
@@ -209,8 +186,10 @@ static long walk_command(__u32 i, void *ctx)
 		return walk_stop(w, len);
 	}
 
-	/* UDP: only a request that is one command is settled by its answer */
-	if (s->ws.udp && (i > 0 || !udp_single(cmd, pos, tend, eol, len)))
+	/* UDP: only a request that is one command is settled by its answer (the storage
+	 * commands' data block is checked below, once its length is known) */
+	if (s->ws.udp && (i > 0 || (cmd != CMD_STORE && cmd != CMD_META_SET &&
+				    (__u32)eol + 1 != len)))
 		exact = 0;
 	/* a complete line [pos, eol]; its content ends before "\r\n" (or a bare "\n") */
 	e = (__u32)eol;
@@ -331,6 +310,9 @@ static long walk_command(__u32 i, void *ctx)
 			exact = 0;
 			answers = 0;
 		}
+		if (s->ws.udp && (cmd == CMD_STORE || cmd == CMD_META_SET) &&
+		    (__u32)eol + 1 + (__u32)bytes + 2 != len)
+			exact = 0;
 		if (write) {
 			if (mf & MF_B64)
 				invalidate_all(ST_INVAL_UNPARSABLE); /* the real key is not what we see */
