@@ -441,29 +441,10 @@ __noinline int table_fill(void)
 			x->hdr_len = s->fa.hdr;
 			x->key_len = s->fa.klen;
 			x->cas_len = s->fa.cas;
-			x->flags = 0;
 		}
 	}
 	bpf_spin_unlock(&set->lock);
 	return ok;
-}
-
-/* Drops key (h, klen)'s item, if any (always safe: the server still has it). */
-__noinline int table_evict(__u64 h, __u32 klen)
-{
-	struct ink_set *set = set_for(h);
-	__u32 tag = tag_of(h);
-
-	if (!set)
-		return -1;
-	bpf_spin_lock(&set->lock);
-	for (__u32 w = 0; w < WAYS; w++) {
-		struct ink_way *x = &set->way[w];
-		if (x->tag == tag && x->key_len == klen)
-			x->tag = 0;
-	}
-	bpf_spin_unlock(&set->lock);
-	return 0;
 }
 
 static __always_inline __u32 set_index(__u64 h)
@@ -508,6 +489,30 @@ __noinline int fifo_push(__u32 set)
 #define SETTLE_CLOSED   1   /* all: the server closed the connection, nothing more is applied */
 #define SETTLE_LOST     2   /* all, by the quarantine: the stream can no longer be followed */
 
+/* One write is settled: the set `idx` (or, for FLUSH_SET, the whole cache) was open for it and
+ * may fill again with replies to requests that arrive from `stable` on. */
+static __always_inline void settle_write(struct ink_global *g, __u32 idx, __u64 stable)
+{
+	struct ink_set *set;
+
+	if (idx == FLUSH_SET) {
+		/* requests that arrived before the flush was applied may carry flushed values */
+		if (g->flush_ns < stable)
+			g->flush_ns = stable;
+		__sync_fetch_and_add(&g->flush_open, -1);
+		return;
+	}
+	set = bpf_map_lookup_elem(&sets, &idx);
+	if (!set)
+		return;
+	bpf_spin_lock(&set->lock);
+	if (set->gen == (__u32)g->gen && set->open)
+		set->open--;
+	if (set->stable_since < stable)
+		set->stable_since = stable;
+	bpf_spin_unlock(&set->lock);
+}
+
 /* Settles the pending writes of connection scratch.ws.ck: their sets may fill again with
  * replies to requests that arrive from now on (SETTLE_LOST: from now + quarantine). */
 __noinline int settle(__u32 upto, __u32 how)
@@ -530,30 +535,13 @@ __noinline int settle(__u32 upto, __u32 how)
 		h = t;
 	for (__u32 i = 0; i < CONN_FIFO; i++) {
 		struct ink_pending_write e;
-		struct ink_set *set;
 		if (h == t)
 			break;
 		e = c->fifo[h & (CONN_FIFO - 1)];
 		if (how == SETTLE_ANSWERED && (int)(e.answer - upto) >= 0)
 			break;
 		h++;
-		if (e.set == FLUSH_SET) {
-			/* requests that arrived before the flush was applied may carry flushed values */
-			if (g->flush_ns < stable)
-				g->flush_ns = stable;
-			__sync_fetch_and_add(&g->flush_open, -1);
-			stat_inc(how == SETTLE_LOST ? ST_QUARANTINED : ST_SETTLED);
-			continue;
-		}
-		set = bpf_map_lookup_elem(&sets, &e.set);
-		if (!set)
-			continue;
-		bpf_spin_lock(&set->lock);
-		if (set->gen == (__u32)g->gen && set->open)
-			set->open--;
-		if (set->stable_since < stable)
-			set->stable_since = stable;
-		bpf_spin_unlock(&set->lock);
+		settle_write(g, e.set, stable);
 		stat_inc(how == SETTLE_LOST ? ST_QUARANTINED : ST_SETTLED);
 	}
 	c->fifo_head = h;
@@ -566,36 +554,16 @@ __noinline int settle_udp(void)
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
 	struct ink_udp_write *w;
-	struct ink_set *set;
-	__u64 now;
-	__u32 idx;
 
 	if (!s || !g)
 		return 0;
 	w = bpf_map_lookup_elem(&udp_writes, &s->ws.rk);
 	if (!w)
 		return 0;
-	idx = w->set;
-	if (w->gen != (__u32)g->gen) /* counted for a server that is gone */
-		goto done;
-	now = bpf_ktime_get_ns();
-	if (idx == FLUSH_SET) {
-		if (g->flush_ns < now)
-			g->flush_ns = now;
-		__sync_fetch_and_add(&g->flush_open, -1);
-	} else {
-		set = bpf_map_lookup_elem(&sets, &idx);
-		if (set) {
-			bpf_spin_lock(&set->lock);
-			if (set->gen == (__u32)g->gen && set->open)
-				set->open--;
-			if (set->stable_since < now)
-				set->stable_since = now;
-			bpf_spin_unlock(&set->lock);
-		}
+	if (w->gen == (__u32)g->gen) { /* else counted for a server that is gone */
+		settle_write(g, w->set, bpf_ktime_get_ns());
+		stat_inc(ST_SETTLED);
 	}
-	stat_inc(ST_SETTLED);
-done:
 	bpf_map_delete_elem(&udp_writes, &s->ws.rk);
 	return 0;
 }

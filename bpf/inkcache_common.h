@@ -71,7 +71,7 @@ struct ink_way {
 	__u16 hdr_len;         /* bytes of the VALUE line, "\r\n" included */
 	__u8 key_len;
 	__u8 cas_len;          /* bytes of " <cas>" at the end of the VALUE line; 0: no CAS known */
-	__u8 flags;            /* none defined yet */
+	__u8 pad0;
 	__u8 pad;
 };
 

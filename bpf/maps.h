@@ -15,8 +15,7 @@ struct ink_global {
 	__u64 fill_block_until; /* flush_all <delay>: no fills until the delayed flush has happened */
 	__s64 realtime_off_ns;  /* CLOCK_REALTIME - CLOCK_MONOTONIC, set at attach (absolute exptimes) */
 	__u32 hint_overflow;    /* ttl_hints was full once: keys without a hint are not cached */
-	__u32 pad2;             /* was grow_fail_min: replies XDP has no room for are now answered
-				 * by TC ingress (XDP learns each interface's room: xdp_room) */
+	__u32 pad2;
 	__u64 gen;              /* server generation: a restart voids every set's open count */
 	__s64 flush_open;       /* flush_all commands the server has not answered yet */
 	__u64 hint_gen;         /* bumped when a segment could not be parsed: it may have changed

@@ -19,8 +19,6 @@
 #define MG_OPAQUE_MAX 32   /* memcached's opaque token limit */
 #define MG_STAGE 640       /* where the item is staged in scratch.out (above any VA line) */
 
-/* Byte i of scratch.out, masked behind a barrier (see BUF in proto.h). */
-#define OUTB(s, i) (*({ __u32 __i = (i); barrier_var(__i); &(s)->out[__i & OUT_MASK]; }))
 
 /* Parses the flag token at scratch.buf[pos, e) of a meta get; returns the position after it, or
  * -1 if the kernel does not answer such a request. */
@@ -131,12 +129,7 @@ __noinline int mg_put_flag(__u32 i, __u32 o)
 		n = c == 'k' ? s->klen[0] : s->mg.opaque_len;
 		if (n > KEY_MAX)
 			return -1;
-		for (__u32 j = 0; j < 32; j++) {
-			__u32 b = j * 8;
-			if (b >= n)
-				break;
-			STORE64(&OUTB(s, o + 2 + b), word_at(s, from + b));
-		}
+		buf_to_out(s, o + 2, from, n);
 		return o + 2 + n;
 	default: /* v, q: nothing to return */
 		return o;

@@ -53,6 +53,7 @@ struct scratch {
 	__u32 miss[32];              /* split multi-key gets: the keys that missed, in order */
 	struct pkt pk;               /* TC ingress: the packet being rewritten */
 	__u32 nmiss;
+	__u32 miss_end;              /* the get for them being written: its end so far */
 	struct fill_args fa;
 	struct walk_state ws;
 	struct {
@@ -78,6 +79,9 @@ struct {
 /* Byte i of the scratch payload. The barrier keeps the compiler from proving the mask redundant
  * and dropping it (then the verifier, which cannot follow that proof, rejects the access). */
 #define BUF(s, i) ({ __u32 __i = (i); barrier_var(__i); (s)->buf[__i & BUF_MASK]; })
+
+/* Byte i of scratch.out, masked behind a barrier in the same way. */
+#define OUTB(s, i) (*({ __u32 __i = (i); barrier_var(__i); &(s)->out[__i & OUT_MASK]; }))
 
 static __always_inline struct scratch *get_scratch(void)
 {
@@ -107,6 +111,18 @@ static __always_inline __u64 word_at(struct scratch *s, __u32 pos)
 	pos &= BUF_MASK;
 	barrier_var(pos);
 	return LOAD64(&s->buf[pos]);
+}
+
+/* Copies n (<= 256) bytes of scratch.buf at `from` to scratch.out at `to`, 8 bytes a step (up to
+ * 7 bytes past to + n are written too). */
+static __always_inline void buf_to_out(struct scratch *s, __u32 to, __u32 from, __u32 n)
+{
+	for (__u32 j = 0; j < 32; j++) {
+		__u32 b = j * 8;
+		if (b >= n)
+			break;
+		STORE64(&OUTB(s, to + b), word_at(s, from + b));
+	}
 }
 
 /* Index of the lowest marked byte of a non-zero mask (marks are bit 7 of each byte). clang 14

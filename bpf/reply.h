@@ -171,20 +171,14 @@ static long miss_step(__u32 i, void *ctx)
 	barrier_var(k);
 	koff = s->koff[k & 31];
 	klen = s->klen[k & 31];
-	at = s->need; /* the end so far, in map memory: the verifier need not follow its value */
+	at = s->miss_end; /* in map memory: the verifier need not follow its value */
 	if (klen == 0 || klen > KEY_MAX || at + klen + 2 > DGRAM_MAX) {
-		s->need = 0; /* cannot happen: the keys came from a request of at most this size */
+		s->miss_end = 0; /* cannot happen: the keys came from a request of this size */
 		return 1;
 	}
-	for (__u32 j = 0; j < 32; j++) {
-		__u32 b = j * 8, to = (at + b) & OUT_MASK;
-		if (b >= klen)
-			break;
-		barrier_var(to);
-		STORE64(&s->out[to], word_at(s, koff + b));
-	}
-	s->out[(at + klen) & OUT_MASK] = ' ';
-	s->need = at + klen + 1;
+	buf_to_out(s, at, koff, klen);
+	OUTB(s, at + klen) = ' ';
+	s->miss_end = at + klen + 1;
 	return 0;
 }
 
@@ -201,15 +195,15 @@ __noinline int compose_miss_request(__u32 want_cas)
 	__builtin_memcpy(&s->out[o], "gets ", 5);
 	o += want_cas ? 5 : 4;
 	if (!want_cas)
-		s->out[(o - 1) & OUT_MASK] = ' ';
-	s->need = o;
+		OUTB(s, o - 1) = ' ';
+	s->miss_end = o;
 	bpf_loop(MAX_GET_KEYS, miss_step, NULL, 0);
-	o = s->need;
+	o = s->miss_end;
 	if (o <= UDP_HDR_MC + 5 || o > DGRAM_MAX)
 		return -1;
 	/* the last space becomes the line end */
-	s->out[(o - 1) & OUT_MASK] = '\r';
-	s->out[o & OUT_MASK] = '\n';
+	OUTB(s, o - 1) = '\r';
+	OUTB(s, o) = '\n';
 	return o + 1;
 }
 

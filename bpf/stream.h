@@ -33,6 +33,22 @@
 /* Steps per segment: up to 64 KiB (GSO on loopback and veth egress) plus skipped data. */
 #define CHUNKS_MAX 48
 
+/* A walk over scratch.buf[pos, len) (the client's commands at ingress, the server's answers at
+ * egress), one line per bpf_loop iteration: `ret` is where it stopped (the start of a line not
+ * complete yet, or len), or -1 when it could not be sure. */
+struct walk {
+	__u32 pos;
+	__u32 len;
+	int ret;
+	__u32 pad;
+};
+
+static __always_inline long walk_stop(struct walk *w, int ret)
+{
+	w->ret = ret;
+	return 1;
+}
+
 /* scratch.ws.ck for a packet: `to_server` when the client is the source. */
 static __always_inline void conn_key(struct scratch *s, struct pkt *p, int to_server)
 {
@@ -149,6 +165,16 @@ __noinline int buf_shift(__u32 from, __u32 n)
 		STORE64(&s->buf[o], LOAD64(&s->buf[(from + o) & BUF_MASK]));
 	}
 	return 0;
+}
+
+/* After a walk of scratch.buf[0, end) stopped at r: carries the cut line [r, end) to the front of
+ * the buffer for the next step. Returns its length, or -1 if it is longer than we carry. */
+static __always_inline int stream_carry(__u32 r, __u32 end)
+{
+	if (end - r > PART_MAX)
+		return -1;
+	buf_shift(r, end - r);
+	return end - r;
 }
 
 /* Carries scratch.buf[0, n) over to the next segment of direction `dir` (save), or puts the
