@@ -122,6 +122,16 @@ pub fn check_kernel() -> Result<()> {
             "bpf_xdp_adjust_tail (Linux 4.18+)",
         ),
         (
+            xdp,
+            libbpf_sys::BPF_FUNC_loop,
+            "bpf_loop in XDP (Linux 5.17+)",
+        ),
+        (
+            tc,
+            libbpf_sys::BPF_FUNC_loop,
+            "bpf_loop in TC (Linux 5.17+)",
+        ),
+        (
             tc,
             libbpf_sys::BPF_FUNC_skb_load_bytes,
             "bpf_skb_load_bytes in TC",
@@ -221,13 +231,18 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     let max_age_ns = opts.max_age_secs.saturating_mul(1_000_000_000);
     // The constants of bpf/cache.h, which the XDP and TC objects both compile (each has its own
     // generated rodata type, hence a macro).
-    macro_rules! set_cache_rodata {
-        ($open:ident, $what:literal) => {{
-            let ro = $open
+    macro_rules! rodata {
+        ($open:ident, $what:literal) => {
+            $open
                 .maps
                 .rodata_data
                 .as_deref_mut()
-                .context(concat!($what, " object has no rodata"))?;
+                .context(concat!($what, " object has no rodata"))?
+        };
+    }
+    macro_rules! set_cache_rodata {
+        ($open:ident, $what:literal) => {{
+            let ro = rodata!($open, $what);
             ro.n_sets = layout.sets;
             ro.n_segs = layout.segs;
             ro.max_age_ns = max_age_ns;
@@ -240,11 +255,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     // The constants of bpf/reply.h, which the XDP and TC ingress objects both compile.
     macro_rules! set_reply_rodata {
         ($open:ident, $what:literal) => {{
-            let ro = $open
-                .maps
-                .rodata_data
-                .as_deref_mut()
-                .context(concat!($what, " object has no rodata"))?;
+            let ro = rodata!($open, $what);
             ro.max_amplification = opts.max_amplification;
             ro.no_split = opts.debug_no_split as u32;
         }};
@@ -278,20 +289,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         .open(&mut tobj)
         .context("opening the TC object")?;
     set_cache_rodata!(topen, "TC");
-    {
-        let (x, t) = (&xskel.maps, &mut topen.maps);
-        t.ttl_hints.reuse_fd(x.ttl_hints.as_fd())?;
-        t.sets.reuse_fd(x.sets.as_fd())?;
-        t.arena.reuse_fd(x.arena.as_fd())?;
-        t.stats.reuse_fd(x.stats.as_fd())?;
-        t.ports.reuse_fd(x.ports.as_fd())?;
-        t.allow.reuse_fd(x.allow.as_fd())?;
-        t.pending.reuse_fd(x.pending.as_fd())?;
-        t.global.reuse_fd(x.global.as_fd())?;
-        t.meta.reuse_fd(x.meta.as_fd())?;
-        t.conns.reuse_fd(x.conns.as_fd())?;
-        t.udp_writes.reuse_fd(x.udp_writes.as_fd())?;
-    }
+    share_maps(xskel.object(), topen.open_object_mut(), &[])?;
     let tskel = topen.load().map_err(|e| load_err("TC", e))?;
 
     let mut iobj = MaybeUninit::uninit();
@@ -300,7 +298,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         .context("opening the TC ingress object")?;
     set_cache_rodata!(iopen, "TC ingress");
     set_reply_rodata!(iopen, "TC ingress");
-    share_maps(xskel.object(), iopen.open_object_mut())?;
+    share_maps(xskel.object(), iopen.open_object_mut(), &[])?;
     let iskel = iopen.load().map_err(|e| load_err("TC ingress", e))?;
 
     let mut sobj = MaybeUninit::uninit();
@@ -308,20 +306,11 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         .open(&mut sobj)
         .context("opening the socket-hook object")?;
     {
-        let ro = sopen
-            .maps
-            .rodata_data
-            .as_deref_mut()
-            .context("socket object has no rodata")?;
+        let ro = rodata!(sopen, "socket-hook");
         ro.netns_cookie = sys::netns_cookie().unwrap_or(0);
         ro.invalidation_off = opts.debug_no_invalidation as u32;
     }
-    {
-        let (x, t) = (&xskel.maps, &mut sopen.maps);
-        t.ports.reuse_fd(x.ports.as_fd())?;
-        t.global.reuse_fd(x.global.as_fd())?;
-        t.stats.reuse_fd(x.stats.as_fd())?;
-    }
+    share_maps(xskel.object(), sopen.open_object_mut(), &["server_socks"])?;
     let sskel = sopen.load().map_err(|e| load_err("socket-hook", e))?;
     // The server (re)starting or stopping empties the cache: hooks on the root cgroup v2 see every
     // bind and release on the host; the programs keep to the server's namespace and ports.
@@ -411,11 +400,11 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
 }
 
 /// Hands `to` every map of `from` it also defines (same name), so that both objects work on one
-/// cache; the per-CPU scratch buffer and the constants stay each object's own.
-fn share_maps(from: &Object, to: &mut OpenObject) -> Result<()> {
+/// cache; the per-CPU scratch buffer, the constants and the maps named in `own` stay `to`'s own.
+fn share_maps(from: &Object, to: &mut OpenObject, own: &[&str]) -> Result<()> {
     for mut m in to.maps_mut() {
         let name = m.name().to_string_lossy().into_owned();
-        if name.contains('.') || name == "scratch" {
+        if name.contains('.') || name == "scratch" || own.contains(&name.as_str()) {
             continue;
         }
         let src = from
@@ -560,20 +549,12 @@ fn attach_one(
         for (name, link) in cg_links {
             pin_fd(link.as_fd(), &t.dir.join(name))?;
         }
-        let maps: [(&str, &dyn MapCore); 11] = [
-            ("ttl_hints", &m.ttl_hints),
-            ("conns", &m.conns),
-            ("udp_writes", &m.udp_writes),
-            ("sets", &m.sets),
-            ("arena", &m.arena),
-            ("stats", &m.stats),
-            ("ports", &m.ports),
-            ("allow", &m.allow),
-            ("pending", &m.pending),
-            ("global", &m.global),
-            ("meta", &m.meta),
-        ];
-        for (name, map) in maps {
+        for name in pins::MAPS {
+            let map = xskel
+                .object()
+                .maps()
+                .find(|m| m.name().to_string_lossy() == *name)
+                .with_context(|| format!("the XDP object has no map {name}"))?;
             pin_fd(map.as_fd(), &t.dir.join(name))?;
         }
         pin_fd(xprog.as_fd(), &t.dir.join("xdp"))?;

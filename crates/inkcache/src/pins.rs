@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::sys::{self, BPFFS};
 
-/// The maps every attachment pins (shared by all interfaces attached in one command).
+/// The maps every attachment pins (shared by all interfaces attached in one command); `attach`
+/// pins exactly these.
 pub const MAPS: &[&str] = &[
     "sets",
     "arena",
@@ -24,7 +25,6 @@ pub const MAPS: &[&str] = &[
     "global",
     "meta",
 ];
-pub const PROGS: &[&str] = &["xdp", "tc_egress", "tc_ingress"];
 
 /// What `attach` did to one interface; stored as JSON in the pinned `meta` map.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
