@@ -25,3 +25,38 @@ pin_napi() {
     for pid in $(pgrep "^napi/$1-"); do taskset -pc "$2" "$pid" >/dev/null; n=$((n + 1)); done
     [ "$n" -gt 0 ] || { echo "no napi/$1-N thread (is threaded NAPI on?)" >&2; return 1; }
 }
+
+# pinned_memcached TAG MB: the benchmark topology of shared/GUIDE.md section 2. Sets SRV, CLI,
+# SIF, CIF (named from TAG and the script's pid), OUT (a scratch directory) and MCPID: server
+# and client namespaces, a pass-through XDP program on the client end, stock memcached -t 1 with
+# MB megabytes on CPU1 in the server namespace. On exit it stops memcached, detaches inkcache from
+# SIF, removes the namespaces and OUT, after running `cleanup_extra` if the script defines one.
+pinned_memcached() {
+    local id=$$
+    SRV=ink$1-s$id CLI=ink$1-c$id SIF=i$1s$id CIF=i$1c$id
+    MCPID=""
+    OUT=$(mktemp -d)
+    trap pinned_memcached_cleanup EXIT
+    netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
+    "$BIN/inkcache" --netns "$CLI" veth-peer --iface "$CIF"
+    ip netns exec "$SRV" taskset -c 1 memcached -u root -p 11211 -U 11211 -t 1 -m "$2" &
+    MCPID=$!
+    sleep 0.5
+}
+
+pinned_memcached_cleanup() {
+    set +e
+    declare -F cleanup_extra >/dev/null && cleanup_extra
+    [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
+    "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
+    netns_del "$SRV" "$CLI"
+    rm -rf "$OUT"
+}
+
+# threaded_napi: threaded NAPI on the server veth (SIF in SRV), its kthreads pinned to CPU1 with
+# the server (what makes CPU1's busy time the server's cost).
+threaded_napi() {
+    ip netns exec "$SRV" sh -c "echo 1 > /sys/class/net/$SIF/threaded"
+    sleep 0.2
+    pin_napi "$SIF" 1
+}

@@ -19,23 +19,7 @@ STORED=2000
 GETKEYS=$STORED
 MODES="memcached kernel"
 if [ "$PARTIAL" = 1 ]; then GETKEYS=$((2 * STORED)); MODES="memcached kernel kernel-nosplit"; fi
-ID=$$
-SRV=inkmg-s$ID CLI=inkmg-c$ID SIF=ims$ID CIF=imc$ID
-MCPID=""
-OUT=$(mktemp -d)
-cleanup() {
-    set +e
-    [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
-    "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
-    netns_del "$SRV" "$CLI"
-    rm -rf "$OUT"
-}
-trap cleanup EXIT
-netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
-"$BIN/inkcache" --netns "$CLI" veth-peer --iface "$CIF"
-ip netns exec "$SRV" taskset -c 1 memcached -u root -p 11211 -U 11211 -t 1 -m 256 &
-MCPID=$!
-sleep 0.5
+pinned_memcached mg 256
 
 cpu1_busy() { # jiffies CPU1 spent on anything but idle and iowait
     awk '$1 == "cpu1" { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
@@ -48,11 +32,6 @@ run() { # $1 label, $2 keys per get, $3 keys drawn from
         --duration "${SECS}s" --warmup 0s --inflight 32 --no-server-stats --json > "$OUT/$1.json"
     b1=$(cpu1_busy)
     echo $((b1 - b0)) > "$OUT/$1.busy"
-}
-threaded_napi() {
-    ip netns exec "$SRV" sh -c "echo 1 > /sys/class/net/$SIF/threaded"
-    sleep 0.2
-    pin_napi "$SIF" 1
 }
 # every key exists (and, with inkcache, is in the kernel cache before the measured runs)
 ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:11211 --proto tcp --get-ratio 0 \
@@ -111,10 +90,11 @@ for n in sizes:
     print(f"| {n} | {m:.2f} | {mr:,.0f} | {k:.2f} | {kr:,.0f} |")
 ns = sorted(rows)
 lo, hi = ns[0], ns[-1]
-per_key = (rows[hi][0] - rows[lo][0]) / (hi - lo)
 print()
-print(f"memcached's cost per extra key: {per_key:.2f} µs ((cost at {hi} keys - cost at {lo}) / {hi - lo});"
-      f" a request costs it {rows[lo][0]:.2f} µs with {lo} key(s)")
+if hi > lo:
+    per_key = (rows[hi][0] - rows[lo][0]) / (hi - lo)
+    print(f"memcached's cost per extra key: {per_key:.2f} µs ((cost at {hi} keys - cost at {lo}) / {hi - lo});"
+          f" a request costs it {rows[lo][0]:.2f} µs with {lo} key(s)")
 st = json.load(open(f"{d}/stats-3.json"))
 print(f"kernel counters (last round): hits={st['hits']} misses={st['misses']} too_big={st['too_big']}")
 PY

@@ -8,34 +8,13 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-target/release}
 SECS=${SECS:-5}
-ID=$$
-SRV=inkset-s$ID CLI=inkset-c$ID SIF=iss$ID CIF=isc$ID
-MCPID=""
-OUT=$(mktemp -d)
-cleanup() {
-    set +e
-    [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
-    "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
-    netns_del "$SRV" "$CLI"
-    rm -rf "$OUT"
-}
-trap cleanup EXIT
-netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
-"$BIN/inkcache" --netns "$CLI" veth-peer --iface "$CIF"
-ip netns exec "$SRV" taskset -c 1 memcached -u root -p 11211 -U 11211 -t 1 -m 256 &
-MCPID=$!
-sleep 0.5
+pinned_memcached set 256
 
 run() { # $1 label, $2 proto, extra args
     local label=$1 proto=$2; shift 2
     ip netns exec "$CLI" taskset -c 0 "$BIN/inkbench" run --server 198.18.0.1:11211 --proto "$proto" \
         --get-ratio 0 --keys 100000 --key-size 16 --value-size 64 --duration "${SECS}s" --warmup 1s \
         --no-server-stats --json "$@" > "$OUT/$label.json"
-}
-threaded_napi() {
-    ip netns exec "$SRV" sh -c "echo 1 > /sys/class/net/$SIF/threaded"
-    sleep 0.2
-    pin_napi "$SIF" 1
 }
 for round in 1 2 3; do
     for mode in plain inkcache; do

@@ -10,25 +10,9 @@ set -euo pipefail
 BIN=${BIN:-target/release}
 ROUNDS=${ROUNDS:-5}
 N=${N:-20000}
-ID=$$
-SRV=inktc-s$ID CLI=inktc-c$ID SIF=its$ID CIF=itc$ID
-MCPID=""
-OUT=$(mktemp -d)
 STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
-cleanup() {
-    set +e
-    sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"
-    [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
-    "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
-    netns_del "$SRV" "$CLI"
-    rm -rf "$OUT"
-}
-trap cleanup EXIT
-netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
-"$BIN/inkcache" --netns "$CLI" veth-peer --iface "$CIF"
-ip netns exec "$SRV" taskset -c 1 memcached -u root -p 11211 -U 11211 -t 1 -m 64 &
-MCPID=$!
-sleep 0.5
+cleanup_extra() { sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"; }
+pinned_memcached tc 64
 "$BIN/inkcache" --netns "$SRV" attach --iface "$SIF" --quarantine-ms 50 >/dev/null
 sysctl -qw kernel.bpf_stats_enabled=1
 PINS=/sys/fs/bpf/inkcache/$SIF@$SRV
