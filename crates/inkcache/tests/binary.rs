@@ -252,6 +252,25 @@ fn counters(rig: &Rig) -> Counters {
     }
 }
 
+/// The binary requests since `before` were parsed one by one: nothing was voided, at least
+/// `mutations` keys were invalidated, and the unrelated `bystander` is still a kernel hit.
+fn assert_precise(rig: &Rig, before: &Counters, mutations: usize, bystander: &str, what: &str) {
+    let after = counters(rig);
+    assert_eq!(
+        after.unparsable,
+        before.unparsable,
+        "{what}: the requests voided the cache: {}",
+        rig.stats()
+    );
+    assert!(
+        after.command >= before.command + mutations as u64,
+        "{what}: {} key invalidations for {mutations} mutations: {}",
+        after.command - before.command,
+        rig.stats()
+    );
+    assert_still_cached(rig, bystander, what);
+}
+
 /// Every binary mutation family from a real client (pylibmc, binary protocol, with and without
 /// noreply: the quiet opcodes) over TCP, IPv4 and IPv6: each key fresh afterwards, each mutation
 /// counted as a key invalidation, nothing voided, and an unrelated key still cached.
@@ -307,25 +326,8 @@ fn binary_mutations_from_a_real_client_over_tcp() {
                 &format!("binary {what} over TCP {fam} ({out})"),
             );
         }
-        let after = counters(&rig);
-        assert_eq!(
-            after.unparsable,
-            before.unparsable,
-            "{fam}: a real client's requests voided the cache: {}",
-            rig.stats()
-        );
-        assert!(
-            after.command >= before.command + cases.len() as u64,
-            "{fam}: {} key invalidations for {} mutations: {}",
-            after.command - before.command,
-            cases.len(),
-            rig.stats()
-        );
-        assert_still_cached(
-            &rig,
-            &bystander,
-            &format!("binary mutations over TCP {fam}"),
-        );
+        let what = format!("binary mutations over TCP {fam}");
+        assert_precise(&rig, &before, cases.len(), &bystander, &what);
     }
 }
 
@@ -411,21 +413,8 @@ fn pipelined_binary_mutations_in_one_segment_or_datagram() {
         for (key, _, what) in &keys {
             assert_fresh(&rig, key, &format!("pipelined binary {what} over {fam}"));
         }
-        let after = counters(&rig);
-        assert_eq!(
-            after.unparsable,
-            before.unparsable,
-            "{fam}: {}",
-            rig.stats()
-        );
-        assert!(
-            after.command >= before.command + keys.len() as u64,
-            "{fam}: {} invalidations for {} mutations: {}",
-            after.command - before.command,
-            keys.len(),
-            rig.stats()
-        );
-        assert_still_cached(&rig, &bystander, &format!("a binary pipeline over {fam}"));
+        let what = format!("a binary pipeline over {fam}");
+        assert_precise(&rig, &before, keys.len(), &bystander, &what);
     }
 }
 
@@ -615,22 +604,13 @@ fn binary_mutations_over_udp() {
             assert!(rs.iter().any(|r| r.0 == NOOP), "{what}: {rs:?}");
             assert_fresh(&rig, key, &format!("binary {what} over UDP {fam}"));
         }
-        let after = counters(&rig);
-        assert_eq!(
-            after.unparsable,
-            before.unparsable,
-            "{fam}: {}",
-            rig.stats()
-        );
-        assert!(
-            after.command >= before.command + (memccp.len() + frames.len()) as u64,
-            "{fam}: {}",
-            rig.stats()
-        );
-        assert_still_cached(
+        let what = format!("binary mutations over UDP {fam}");
+        assert_precise(
             &rig,
+            &before,
+            memccp.len() + frames.len(),
             &bystander,
-            &format!("binary mutations over UDP {fam}"),
+            &what,
         );
 
         // a binary get (and getk) of the cached bystander: memcached answers, not the kernel
@@ -916,21 +896,7 @@ fn expiry_learned_from_binary_mutations() {
     for k in ["bxset", "bxtouch", "bxgat", "bxincr"] {
         cache_it(&rig, k);
     }
-    let deadline = Instant::now() + Duration::from_secs(6);
-    while rig.tcp(b"get bxincr\r\n") != Response::Values(vec![]) {
-        assert!(Instant::now() < deadline, "memcached never expired bxincr");
-        sleep(Duration::from_millis(100));
-    }
-    let hits = rig.stat("hits");
-    for k in ["bxset", "bxtouch", "bxgat", "bxincr"] {
-        assert_fresh(&rig, k, "expiry");
-    }
-    assert_eq!(
-        rig.stat("hits"),
-        hits,
-        "expired items served: {}",
-        rig.stats()
-    );
+    assert_expired_not_served(&rig, "bxincr", &["bxset", "bxtouch", "bxgat", "bxincr"]);
 }
 
 /// libmemcached's binary protocol checker passes with the kernel cache attached (every binary

@@ -95,7 +95,7 @@ fn udp_writes_are_settled_by_their_answers() {
     ] {
         let key = cmd.split(' ').nth(1).unwrap();
         let old: &[u8] = if key.starts_with("un") { b"1" } else { b"old" };
-        set_over_tcp_no_wait(&rig, key, old);
+        set_now(&rig, key, 0, old);
         cache_it(&rig, key);
         let settled = rig.stat("settled");
         let r = rig.udp_raw(
@@ -108,7 +108,7 @@ fn udp_writes_are_settled_by_their_answers() {
         cache_it(&rig, key); // fills at once: no quarantine
     }
     // noreply: no answer to wait for, the hour-long quarantine applies
-    set_over_tcp_no_wait(&rig, "unr", b"old");
+    set_now(&rig, "unr", 0, b"old");
     cache_it(&rig, "unr");
     rig.udp_raw(
         &frame_request(50, b"set unr 0 0 3 noreply\r\nnew\r\n"),
@@ -122,14 +122,6 @@ fn udp_writes_are_settled_by_their_answers() {
         fills,
         "a noreply write keeps its quarantine"
     );
-}
-
-/// Stores key=value over a followed TCP connection: settled by memcached's answer, no wait.
-fn set_over_tcp_no_wait(rig: &Rig, key: &str, value: &[u8]) {
-    let mut req = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
-    req.extend_from_slice(value);
-    req.extend_from_slice(b"\r\n");
-    assert_eq!(rig.tcp(&req), inkproto::client::Response::Stored);
 }
 
 fn cache_it_after_quarantine(rig: &Rig, key: &str) {
@@ -403,24 +395,7 @@ fn expiry_learned_from_mutations() {
         cache_it(&rig, k);
     }
     // wait until memcached has expired them, then the kernel must not answer
-    let deadline = Instant::now() + Duration::from_secs(6);
-    loop {
-        if rig.tcp(b"get rel\r\n") == inkproto::client::Response::Values(vec![]) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "memcached never expired rel");
-        sleep(Duration::from_millis(100));
-    }
-    let hits = rig.stat("hits");
-    for k in ["rel", "abs", "tch"] {
-        assert_fresh(&rig, k, "expiry");
-    }
-    assert_eq!(
-        rig.stat("hits"),
-        hits,
-        "expired items served: {}",
-        rig.stats()
-    );
+    assert_expired_not_served(&rig, "rel", &["rel", "abs", "tch"]);
     // a negative exptime never gets cached
     assert_eq!(
         rig.tcp(b"set neg 0 -1 1\r\nn\r\n"),
@@ -623,17 +598,8 @@ fn loopback_mutations_invalidate_when_lo_is_attached() {
 
     // each interface attached together keeps its own record: status shows both, and detaching
     // lo leaves the veth attached and serving
-    let out = rig.inkcache(&["status", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ns = rig.pair.server.name.clone();
     for ifc in [rig.pair.srv_if.as_str(), "lo"] {
-        let dir = format!("{ifc}@{ns}");
-        let row = v
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["pin_dir"].as_str().unwrap().ends_with(&dir))
-            .unwrap_or_else(|| panic!("no row for {dir}"));
+        let row = rig.status_row(ifc);
         assert_eq!(row["iface"], ifc, "{row}");
         assert_eq!(row["xdp_attached"], true, "{row}");
     }

@@ -126,6 +126,21 @@ impl Rig {
         SocketAddr::new(IpAddr::V4(SRV_V4), PORT)
     }
 
+    /// The row of `inkcache status --json` for this rig's attachment to `iface` (in the server
+    /// namespace).
+    pub fn status_row(&self, iface: &str) -> serde_json::Value {
+        let out = self.inkcache(&["status", "--json"]);
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let dir = format!("{iface}@{}", self.pair.server.name);
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["pin_dir"].as_str().unwrap().ends_with(&dir))
+            .unwrap_or_else(|| panic!("no status row for {dir}"))
+            .clone()
+    }
+
     /// Runs `f` in the client namespace.
     pub fn client<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         self.pair.client.run(f)
@@ -277,8 +292,16 @@ pub fn values(payload: &[u8]) -> Vec<(Vec<u8>, u32, Vec<u8>)> {
     }
 }
 
-/// Stores key=value over TCP (memcached answers STORED).
+/// Stores key=value over TCP (memcached answers STORED), and waits out the write quarantine in
+/// case the write is not settled by the answer (e.g. with --debug-quarantine-only).
 pub fn set(rig: &Rig, key: &str, flags: u32, value: &[u8]) {
+    set_now(rig, key, flags, value);
+    settle();
+}
+
+/// Stores key=value over a new, followed TCP connection: the write is settled by memcached's
+/// STORED, so the key may be filled again at once.
+pub fn set_now(rig: &Rig, key: &str, flags: u32, value: &[u8]) {
     let mut req = Vec::new();
     inkproto::client::store(
         &mut req,
@@ -290,7 +313,6 @@ pub fn set(rig: &Rig, key: &str, flags: u32, value: &[u8]) {
         false,
     );
     assert_eq!(rig.tcp(&req), Response::Stored);
-    settle();
 }
 
 /// Caches `key` in the kernel (value must already be stored) and checks the kernel answers it.
@@ -324,5 +346,63 @@ pub fn assert_fresh(rig: &Rig, key: &str, what: &str) {
     assert!(
         udp_parsed == before || udp_parsed == after,
         "after {what}: kernel served a stale value {udp_parsed:?}; memcached has {after:?}"
+    );
+}
+
+/// Sends a get of `key` carried in the VLAN tags `tags` ("42", or "100,42" for 802.1ad outside
+/// 802.1Q) as a raw frame from the client side (tests/vlan_get.py: the server's stack has no VLAN
+/// device, so only the kernel can answer) and returns what the script saw of the reply: JSON with
+/// `payload`, `udp_csum_ok` and `vlan_tags`.
+pub fn vlan_get(rig: &Rig, key: &str, tags: &str) -> serde_json::Value {
+    let mac = testkit::sh(
+        rig.pair
+            .server
+            .cmd("cat")
+            .arg(format!("/sys/class/net/{}/address", rig.pair.srv_if)),
+    )
+    .unwrap();
+    let mac = String::from_utf8_lossy(&mac.stdout).trim().to_string();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vlan_get.py");
+    let out = testkit::sh(rig.pair.client.cmd("python3").args([
+        script,
+        &rig.pair.cli_if,
+        &mac,
+        "198.18.0.2",
+        "198.18.0.1",
+        key,
+        tags,
+    ]))
+    .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The VLAN tags a vlan_get reply carried, as given to it ("100,42").
+pub fn vlan_tags_seen(v: &serde_json::Value) -> String {
+    let seen: Vec<String> = v["vlan_tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    seen.join(",")
+}
+
+/// Waits until memcached has expired `probe` (at most 6 s), then checks that none of `keys` is
+/// answered by the kernel any more: each UDP get returns what memcached holds, and no hit.
+pub fn assert_expired_not_served(rig: &Rig, probe: &str, keys: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while rig.tcp(format!("get {probe}\r\n").as_bytes()) != Response::Values(vec![]) {
+        assert!(Instant::now() < deadline, "memcached never expired {probe}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let hits = rig.stat("hits");
+    for k in keys {
+        assert_fresh(rig, k, "expiry");
+    }
+    assert_eq!(
+        rig.stat("hits"),
+        hits,
+        "expired items served: {}",
+        rig.stats()
     );
 }

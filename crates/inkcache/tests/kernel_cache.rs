@@ -510,15 +510,8 @@ fn cli_errors_are_one_line() {
 #[test]
 fn status_reports_attachment() {
     let rig = Rig::attached(&[]).unwrap();
-    let out = rig.inkcache(&["status", "--json"]);
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let row = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["iface"] == rig.pair.srv_if.as_str())
-        .expect("our row");
+    let row = rig.status_row(&rig.pair.srv_if);
+    assert_eq!(row["iface"], rig.pair.srv_if.as_str());
     assert_eq!(row["xdp_attached"], true);
     assert_eq!(row["tc_egress_attached"], true);
     assert_eq!(row["tc_ingress_attached"], true);
@@ -531,14 +524,7 @@ fn status_reports_attachment() {
 
     set(&rig, "st", 0, b"status");
     rig.udp_get(1, b"get st\r\n").unwrap();
-    let out = rig.inkcache(&["status", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let row = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["iface"] == rig.pair.srv_if.as_str())
-        .expect("our row");
+    let row = rig.status_row(&rig.pair.srv_if);
     assert_eq!(row["items"], 1, "{row}");
     let item = "VALUE st 0 6\r\nstatus\r\n".len() as u64;
     assert_eq!(row["item_bytes_stored"], item, "{row}");
@@ -577,39 +563,14 @@ fn vlan_tagged_gets_hit() {
     let rig = Rig::attached(&[]).unwrap();
     set(&rig, "tagged", 1, b"in a vlan");
     rig.udp_get(1, b"get tagged\r\n").unwrap(); // fill over plain IPv4
-    let link = testkit::sh(
-        rig.pair
-            .server
-            .cmd("cat")
-            .arg(format!("/sys/class/net/{}/address", rig.pair.srv_if)),
-    )
-    .unwrap();
-    let mac = String::from_utf8_lossy(&link.stdout).trim().to_string();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vlan_get.py");
     for tags in ["42", "100,42"] {
         let hits = rig.stat("hits");
-        let out = testkit::sh(rig.pair.client.cmd("python3").args([
-            script,
-            &rig.pair.cli_if,
-            &mac,
-            "198.18.0.2",
-            "198.18.0.1",
-            "tagged",
-            tags,
-        ]))
-        .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = vlan_get(&rig, "tagged", tags);
         // request id 0x7777 echoed, sequence 0, one datagram
         let want = "ww\u{0}\u{0}\u{0}\u{1}\u{0}\u{0}VALUE tagged 1 9\r\nin a vlan\r\nEND\r\n";
         assert_eq!(v["payload"], want, "tags {tags}: {v}");
         assert_eq!(v["udp_csum_ok"], true, "tags {tags}: {v}");
-        let seen: Vec<String> = v["vlan_tags"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.to_string())
-            .collect();
-        assert_eq!(seen.join(","), tags, "the reply keeps the tags: {v}");
+        assert_eq!(vlan_tags_seen(&v), tags, "the reply keeps the tags: {v}");
         assert_eq!(rig.stat("hits"), hits + 1, "tags {tags}: {}", rig.stats());
     }
 }
