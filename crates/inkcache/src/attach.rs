@@ -66,6 +66,8 @@ pub struct AttachOpts {
     /// Debug only: pass partly missing multi-key gets whole instead of splitting them (to
     /// measure what the split saves).
     pub debug_no_split: bool,
+    /// The key hash's seed; None: random (tests fix it to craft colliding keys).
+    pub hash_seed: Option<u64>,
 }
 
 impl Default for AttachOpts {
@@ -87,6 +89,7 @@ impl Default for AttachOpts {
             debug_no_invalidation: false,
             debug_quarantine_only: false,
             debug_no_split: false,
+            hash_seed: None,
         }
     }
 }
@@ -211,6 +214,16 @@ impl AttachOpts {
     }
 }
 
+/// A secret seed for the key hash (so that nobody can pick keys that share an index set).
+fn random_seed() -> Result<u64> {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("reading /dev/urandom")?;
+    Ok(u64::from_ne_bytes(b))
+}
+
 /// Storage for the four objects of an attachment (the skeletons borrow it while they live).
 pub struct ObjStorage {
     xdp: MaybeUninit<OpenObject>,
@@ -249,6 +262,7 @@ pub fn load<'obj>(
     st: &'obj mut ObjStorage,
 ) -> Result<Loaded<'obj>> {
     let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
+    let seed = opts.hash_seed.map_or_else(random_seed, Ok)?;
     // Every object compiles bpf/config.h (each has its own generated rodata type, hence a macro).
     macro_rules! set_config {
         ($open:ident, $what:literal) => {{
@@ -266,6 +280,7 @@ pub fn load<'obj>(
             ro.settle_max_ns = opts.settle_max_secs.saturating_mul(1_000_000_000);
             ro.max_amplification = opts.max_amplification;
             ro.no_split = opts.debug_no_split as u32;
+            ro.hash_seed = seed;
         }};
     }
 

@@ -195,6 +195,7 @@ fn run(cli: Cli) -> Result<()> {
                 debug_no_invalidation,
                 debug_quarantine_only,
                 debug_no_split,
+                hash_seed: None,
             };
             for info in inkcache::attach(&opts)? {
                 println!(
