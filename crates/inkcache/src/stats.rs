@@ -16,6 +16,8 @@ macro_rules! counters {
 
         impl Stats {
             const NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
+            /// Each counter's documentation (the text above), in the same order.
+            const DOCS: &'static [&'static str] = &[$(concat!($($doc),*)),*];
 
             fn slots(&mut self) -> Vec<&mut u64> {
                 vec![$(&mut self.$name),*]
@@ -24,6 +26,11 @@ macro_rules! counters {
             /// (name, value) pairs in the kernel's order.
             pub fn fields(&self) -> Vec<(&'static str, u64)> {
                 Self::NAMES.iter().copied().zip([$(self.$name),*]).collect()
+            }
+
+            /// (name, one-line description) of every counter, in the kernel's order.
+            pub fn help() -> Vec<(&'static str, &'static str)> {
+                Self::NAMES.iter().copied().zip(Self::DOCS.iter().map(|d| d.trim())).collect()
             }
         }
     };
