@@ -230,7 +230,13 @@ fn man(out: &std::path::Path) -> Result<()> {
     for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("inkcache-{}", sub.get_name());
         let version = top.get_version().unwrap_or("").to_string();
-        pages.push((name.clone(), sub.clone().name(name).version(version)));
+        let bin = format!("inkcache {}", sub.get_name());
+        let page = sub
+            .clone()
+            .name(name.clone())
+            .bin_name(bin)
+            .version(version);
+        pages.push((name, page));
     }
     for (name, cmd) in pages {
         let path = out.join(format!("{name}.1"));
