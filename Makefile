@@ -46,6 +46,11 @@ bench: build
 check-consistency: build
 	BIN=target/release scripts/check.sh $${CHECK_SECONDS:-60} --keys 2048 --writers 2 --flush-ratio 0.00002 --large-ratio 0
 
+# Three memcached servers in their own namespaces with inkcache, clients sharding by consistent
+# hashing (pylibmc ketama, pymemcache rendezvous), then one server killed.
+pool-demo: build
+	BIN=target/release scripts/pool-demo.sh
+
 # The Debian package (binaries, systemd units, environment files, man pages): target/deb/*.deb.
 deb: build
 	packaging/deb.sh target/deb target/release
