@@ -347,6 +347,36 @@ fn metrics_export_every_counter_fill_and_server_stats() {
     assert!(sample(&m, "memcached_limit_bytes", "memcached_limit_bytes", &srv).unwrap() > 1e6);
     assert_eq!(m["memcached_connections"]["type"], "counter");
 
+    // the Grafana dashboard asks only for what is exported
+    let dash = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/grafana/inkcache.json"
+    ))
+    .unwrap();
+    let dash: Value = serde_json::from_str(&dash).unwrap();
+    let mut exprs = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(exprs.len() > 10);
+    for e in &exprs {
+        for (i, _) in e
+            .match_indices("inkcache_")
+            .chain(e.match_indices("memcached_"))
+        {
+            let name: String = e[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "the dashboard uses {name}, which is not exported"
+            );
+        }
+    }
+
     // the same over HTTP, from the server namespace
     let port = 19150 + (std::process::id() % 500) as u16;
     let listen = format!("127.0.0.1:{port}");
