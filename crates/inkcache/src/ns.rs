@@ -40,6 +40,24 @@ pub fn named_netns() -> Option<String> {
     names.into_iter().next()
 }
 
+/// Whether the calling thread runs in the host's initial network namespace: some `net.core`
+/// sysctls (`netdev_max_backlog` among them) exist only there.
+pub fn in_initial_netns() -> bool {
+    Path::new("/proc/sys/net/core/netdev_max_backlog").exists()
+}
+
+/// How attachments made in the calling thread's network namespace are told apart in the shared
+/// pin directory: its name under /run/netns; none in the host's initial namespace; otherwise
+/// (a container's) `netns-COOKIE`, the namespace's cookie, unique while the system runs.
+pub fn netns_label() -> Option<String> {
+    named_netns().or_else(|| {
+        if in_initial_netns() {
+            return None;
+        }
+        crate::sys::netns_cookie().map(|c| format!("netns-{c}"))
+    })
+}
+
 /// Whether `/sys/fs/bpf` is a BPF filesystem in the mount table `mountinfo` (the text of a
 /// /proc/PID/mountinfo).
 fn has_bpffs(mountinfo: &str) -> bool {

@@ -81,11 +81,12 @@ pub fn enter_netns(name: &str) -> Result<()> {
 
 static NETNS: OnceLock<String> = OnceLock::new();
 
-/// The network namespace this runs in, by its name under /run/netns: the one entered with
-/// [`enter_netns`] (or named with [`assume_netns`]), else the calling thread's own if `ip netns`
-/// named it (`ip netns exec`); None in an unnamed one (the host's, a container's).
+/// The network namespace this runs in, as attachments are named by: the one entered with
+/// [`enter_netns`] (or named with [`assume_netns`]), else the calling thread's own: its name if
+/// `ip netns` named it (`ip netns exec`), None in the host's, `netns-COOKIE` in another unnamed
+/// one (a container's); see [`crate::ns::netns_label`].
 pub fn netns_name() -> Option<String> {
-    NETNS.get().cloned().or_else(crate::ns::named_netns)
+    NETNS.get().cloned().or_else(crate::ns::netns_label)
 }
 
 pub fn ifindex(iface: &str) -> Result<u32> {

@@ -227,6 +227,42 @@ fn detach_removes_our_programs_when_the_pins_are_gone() {
     assert!(String::from_utf8_lossy(&cli_link.stdout).contains("xdp"));
 }
 
+/// A network namespace without a name (a container's): its attachments are named by the
+/// namespace's cookie, so they cannot be mistaken for the host's interface of the same name.
+#[test]
+fn unnamed_netns_attachment_is_kept_apart() {
+    let script = format!(
+        "set -e; ip link set lo up; B={bin}; \
+         $B attach --iface lo --cache-mb 4 >/dev/null; \
+         $B status --json; echo ===; $B stats --iface lo --json; echo ===; \
+         $B detach --iface lo; ls /sys/fs/bpf/inkcache",
+        bin = bin()
+    );
+    let out = Command::new("unshare")
+        .args(["-n", "sh", "-c", &script])
+        .output()
+        .expect("unshare");
+    let text = ok(&out, "attach/status/stats/detach in an unnamed namespace");
+    let parts: Vec<&str> = text.split("===\n").collect();
+    let rows: Vec<Value> = serde_json::from_str(parts[0]).unwrap();
+    assert_eq!(rows.len(), 1, "{text}");
+    let label = rows[0]["netns"].as_str().unwrap().to_string();
+    assert!(label.starts_with("netns-"), "{label}");
+    assert!(rows[0]["pin_dir"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("/lo@{label}")));
+    assert_eq!(rows[0]["xdp_attached"], true);
+    let _: Value = serde_json::from_str(parts[1].trim()).unwrap();
+    assert!(
+        !parts[2].contains(&format!("lo@{label}")),
+        "pins left: {text}"
+    );
+    // the host's own view never listed it
+    let host = status_rows(&on_host(&["status", "--json"]));
+    assert!(host.iter().all(|r| r["netns"].as_str() != Some(&label)));
+}
+
 /// Runs the Prometheus project's text-format parser (python3-prometheus-client) over `text`:
 /// {family: {"type", "help", "samples": [[name, labels, value]]}}. Fails if it does not parse.
 fn prometheus_parse(text: &str) -> Value {
