@@ -6,10 +6,15 @@ pub mod abi;
 pub mod attach;
 pub mod error;
 pub mod layout;
+pub mod lost;
+pub mod metrics;
+pub mod ns;
 pub mod pins;
 pub mod skel;
 pub mod stats;
+pub mod status;
 pub mod sys;
+pub mod top;
 
 pub use attach::{attach, detach, AttachOpts, XdpMode};
 pub use error::Error;
@@ -44,5 +49,22 @@ mod tests {
         assert_ne!(key_hash(0, b"123456789"), key_hash(0, b"123456788"));
         assert_eq!(key_hash(7, b"foo"), key_hash(7, b"foo"));
         assert_ne!(key_hash(7, b"foo"), key_hash(8, b"foo"));
+    }
+
+    #[test]
+    fn library_defaults_are_the_cli_defaults() {
+        let o = crate::AttachOpts::default();
+        assert!(o.ifaces.is_empty());
+        assert_eq!(o.ports, [11211]);
+        assert_eq!(
+            (o.cache_mb, o.max_age_secs, o.quarantine_ms),
+            (64, 60, 1000)
+        );
+        assert_eq!(
+            (o.max_conns, o.pending_entries, o.ttl_hints),
+            (4096, 65536, 262144)
+        );
+        assert_eq!(o.xdp_mode, crate::XdpMode::Auto);
+        assert!(!o.debug_no_invalidation && !o.debug_no_split && !o.debug_quarantine_only);
     }
 }
