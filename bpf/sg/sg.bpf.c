@@ -33,6 +33,9 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* Never used: gives user space the shared layouts (see sg_common.h). */
+struct sg_layouts sg_layouts;
+
 #define AF_INET 2
 #define AF_INET6 10
 #define CLOCK_MONOTONIC 1
@@ -188,9 +191,17 @@ static __always_inline int resolve(struct clone_ctx *c, struct sg_worker *wk)
 	struct bpf_fib_lookup fib = {};
 	int rc;
 
+	if (wk->ifindex) {
+		c->fib_ifindex = wk->ifindex;
+		__builtin_memcpy(c->fib_macs, wk->dmac, 6);
+		__builtin_memcpy(c->fib_macs + 6, wk->smac, 6);
+		c->fib_ok = 0;
+		return 0;
+	}
 	if (c->fib_ok && eq16(c->fib_addr, wk->addr))
 		return 0;
 	c->fib_ok = 0;
+	/* Needs forwarding enabled on the interface (the kernel's rule for FIB lookups). */
 	fib.l4_protocol = IPPROTO_UDP;
 	fib.dport = bpf_htons(wk->port);
 	fib.ifindex = c->skb->ifindex;

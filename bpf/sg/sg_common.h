@@ -171,6 +171,9 @@ struct sg_worker {
 	__u16 port;        /* host order */
 	__u8 family;       /* 4 or 6; 0: unused */
 	__u8 pad;
+	__u32 ifindex;     /* output interface and MACs resolved by the library; 0: ask the FIB */
+	__u8 dmac[6];
+	__u8 smac[6];
 };
 
 /* Key of `members` (who may answer for a group). */
@@ -197,6 +200,25 @@ enum sg_stat {
 	ST_TIMEOUTS,       /* requests ended by their timeout */
 	ST_RING_FULL,      /* results lost: the client's ring buffer was full */
 	ST_MAX,
+};
+
+/* Every type user space needs, in one variable, so that the skeleton generates them all. */
+struct sg_layouts {
+	struct sg_scatter_hdr scatter;
+	struct sg_section section;
+	struct sg_req_hdr req;
+	struct sg_ans_hdr ans;
+	struct sg_rec rec;
+	struct sg_event event;
+	enum sg_limits limits;
+	enum sg_magic magic;
+	enum sg_proto proto;
+	enum sg_reducer reducer;
+	enum sg_flags flags;
+	enum sg_state state;
+	enum sg_status status;
+	enum sg_result_flags result_flags;
+	enum sg_stat stat;
 };
 
 /* Keeps the compiler from moving a bounds check away from the use the verifier must see. */

@@ -128,3 +128,11 @@ int sg_worker(struct xdp_md *ctx)
 	}
 	return XDP_TX;
 }
+
+/* Passes everything: on the client's side of a veth for the baselines (a veth delivers XDP_TX
+ * frames of its peer only to an end that has an XDP program). */
+SEC("xdp")
+int sg_pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}
