@@ -746,6 +746,9 @@ int sg_gather(struct xdp_md *ctx)
 		req = bpf_ntohs(f[0]);
 		seq = bpf_ntohs(f[1]);
 		total = bpf_ntohs(f[2]);
+		/* stock memcached sends an empty frame (no data, total 0) with some replies */
+		if (total == 0 && seq == 0 && p.len == 8)
+			return XDP_DROP;
 		if (total == 0 || seq >= total || f[3])
 			goto malformed;
 		mask = 0xffff;

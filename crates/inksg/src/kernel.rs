@@ -183,7 +183,7 @@ pub struct Sg {
     alloc: Mutex<Alloc>,
     pub opts: AttachOpts,
     pub(crate) slots_per_client: u32,
-    pub(crate) result_bytes: u32,
+    result_bytes: u32,
 }
 
 fn ifindex(iface: &str) -> Result<i32> {
@@ -323,6 +323,11 @@ impl Sg {
             native: flags.bits() == XdpFlags::DRV_MODE.bits(),
         });
         Ok(())
+    }
+
+    /// Bytes of concatenated answers a request may gather.
+    pub fn result_bytes(&self) -> u32 {
+        self.result_bytes
     }
 
     /// Interfaces attached, with their XDP mode.
@@ -586,7 +591,8 @@ pub fn resolve_next_hops(workers: &[SocketAddr]) -> Vec<Option<NextHop>> {
         }
         let s = if w.is_ipv6() { &v6 } else { &v4 };
         if let Some(s) = s {
-            let _ = s.send_to(&[], w);
+            // to the discard port, not the worker's: a server may answer even an empty datagram
+            let _ = s.send_to(&[], SocketAddr::new(w.ip(), 9));
         }
         cache.insert(w.ip(), None);
     }
