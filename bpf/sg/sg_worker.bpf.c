@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* A generic scatter-gather worker answered in XDP, for benchmarks and tests: a request
  * (struct sg_req_hdr + data) to a UDP port in [port_lo, port_hi] is answered in place with
- * struct sg_ans_hdr + the same data (an echo: the gathered sum is the data times the workers),
+ * struct sg_ans_hdr (status = the worker index of the request) + the same data (an echo: the gathered sum is the data times the workers),
  * sent back with XDP_TX. The UDP checksum is computed in full (IPv4 and IPv6), so the answer is
  * valid wherever it goes, whatever checksum offload left in the request. Keeps the worker side
  * of a benchmark from being the bottleneck: no socket, no wakeup, no copy to user space. */
@@ -83,9 +83,9 @@ int sg_worker(struct xdp_md *ctx)
 	l4 = (void *)udp - data;
 	if (ulen < 8 + sizeof(*rq) || ulen >= SG_DGRAM_MAX || data + l4 + ulen > end)
 		return XDP_PASS;
+	/* The answer keeps the request's worker field (as sg_ans_hdr.status): the benchmark's
+	 * user-space baselines read it; the gather program trusts only the sender's address. */
 	rq->magic = bpf_htonl(SG_MAGIC_ANS);
-	rq->worker = 0;
-	rq->pad = 0;
 	p = udp->source;
 	udp->source = udp->dest;
 	udp->dest = p;

@@ -15,6 +15,7 @@
 //! println!("{:?}: sum {:?}, missing {:?}", done.status, done.u64s(), done.missing);
 //! # Ok(()) }
 //! ```
+pub mod bench;
 pub mod client;
 pub mod kernel;
 pub mod ketama;
