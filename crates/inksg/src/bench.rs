@@ -34,7 +34,7 @@ use crate::{
     worker::XdpProg,
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// scatter-gather, completions through epoll on the ring buffer
@@ -61,7 +61,7 @@ pub struct BenchOpts {
     pub timeout: Duration,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Point {
     pub mode: Mode,
     pub fanout: usize,
@@ -88,8 +88,12 @@ fn cpu_times() -> [(u64, u64); 2] {
                     .split_whitespace()
                     .filter_map(|x| x.parse().ok())
                     .collect();
+                // user nice system idle iowait irq softirq steal: time stolen by the
+                // hypervisor is not the client's work
                 let total: u64 = v.iter().take(8).sum();
-                let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+                let idle = v.get(3).copied().unwrap_or(0)
+                    + v.get(4).copied().unwrap_or(0)
+                    + v.get(7).copied().unwrap_or(0);
                 out[i] = (total - idle, total);
             }
         }
@@ -232,9 +236,7 @@ fn send_blocking(sock: &UdpSocket, workers: &[SocketAddr], bufs: &[Vec<u8>]) -> 
         loop {
             match sock.send_to(b, w) {
                 Ok(_) => break,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::yield_now()
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
                 Err(e) => return Err(e).context("sendto"),
             }
         }
@@ -311,7 +313,7 @@ fn baseline(
             }
             let mut evs = [EpollEvent::empty(); 4];
             while Instant::now() < end {
-                let n = ep.wait(&mut evs, EpollTimeout::try_from(10u16).unwrap())?;
+                let n = ep.wait(&mut evs, EpollTimeout::from(10u16))?;
                 if n > 0 {
                     loop {
                         match sock.recv(&mut buf) {
@@ -397,8 +399,7 @@ fn uring(
                     .build()
                     .user_data(s as u64);
                 // SAFETY: sbufs[s] and addrs[w] stay put until the send's completion frees s.
-                unsafe { ring.submission().push(&e) }
-                    .map_err(|_| anyhow::anyhow!("SQ full"))?;
+                unsafe { ring.submission().push(&e) }.map_err(|_| anyhow::anyhow!("SQ full"))?;
                 sends_posted += 1;
             }
         }
@@ -451,9 +452,11 @@ fn sg_point(
     let red = Reducer::Sum(Elem::U64, payload.len() / 8);
     let mut starts: HashMap<u32, Instant> = HashMap::new();
     let end = Instant::now() + dur;
+    // the clock starts before the send, as the baselines' (the clones leave inside it)
     for _ in 0..inflight {
+        let t0 = Instant::now();
         let id = c.scatter(&g, payload, Policy::All, red, timeout)?;
-        starts.insert(id, Instant::now());
+        starts.insert(id, t0);
     }
     while Instant::now() < end {
         let Some(d) = c.wait(Duration::from_millis(10))? else {
@@ -467,8 +470,9 @@ fn sg_point(
                 t.incomplete += 1;
             }
         }
+        let t0 = Instant::now();
         let id = c.scatter(&g, payload, Policy::All, red, timeout)?;
-        starts.insert(id, Instant::now());
+        starts.insert(id, t0);
     }
     // drain what is in flight before the group goes
     let drain_end = Instant::now() + timeout + Duration::from_secs(2);
@@ -489,7 +493,9 @@ pub fn run(o: &BenchOpts, mut each: impl FnMut(&Point) + Send) -> Result<Vec<Poi
     let t = Topology::new("sgb", o.worker_ns)?;
     let mut xdp = vec![];
     for w in &t.workers {
-        xdp.push(topo::in_netns(&w.ns, || XdpProg::worker(&w.iface, 7000, 7999))??);
+        xdp.push(topo::in_netns(&w.ns, || {
+            XdpProg::worker(&w.iface, 7000, 7999)
+        })??);
         napi_on(&w.ns, &w.iface, 1)?;
     }
     // workers round-robin over the namespaces: any prefix spreads evenly
@@ -616,12 +622,21 @@ pub fn plots(points: &[Point], dir: &Path) -> Result<()> {
     let mut payloads: Vec<usize> = points.iter().map(|p| p.payload).collect();
     payloads.sort();
     payloads.dedup();
-    let metrics: [(&str, &str, fn(&Point) -> f64); 3] = [
+    type Metric = fn(&Point) -> f64;
+    let metrics: [(&str, &str, Metric); 3] = [
         ("throughput", "requests/s", |p| p.rps),
         ("p99", "p99 latency (µs)", |p| p.p99_us),
-        ("client-cpu", "client CPU per request (µs)", |p| p.client_us_per_req),
+        ("client-cpu", "client CPU per request (µs)", |p| {
+            p.client_us_per_req
+        }),
     ];
-    let modes = [Mode::Sg, Mode::SgPoll, Mode::Blocking, Mode::Epoll, Mode::IoUring];
+    let modes = [
+        Mode::Sg,
+        Mode::SgPoll,
+        Mode::Blocking,
+        Mode::Epoll,
+        Mode::IoUring,
+    ];
     let colors = [RED, MAGENTA, BLACK, BLUE, GREEN];
     for &payload in &payloads {
         for (name, label, f) in metrics {
@@ -629,14 +644,18 @@ pub fn plots(points: &[Point], dir: &Path) -> Result<()> {
             let root = SVGBackend::new(&path, (640, 400)).into_drawing_area();
             root.fill(&WHITE)?;
             let pts: Vec<&Point> = points.iter().filter(|p| p.payload == payload).collect();
-            let ymax = pts.iter().map(|p| f(p)).fold(1.0, f64::max) * 1.1;
+            let ymax = pts.iter().map(|p| f(p)).fold(1.0, f64::max) * 1.5;
+            let ymin = pts.iter().map(|p| f(p)).fold(f64::MAX, f64::min).max(0.1) / 1.5;
             let xmax = pts.iter().map(|p| p.fanout).max().unwrap_or(1) as f64 * 1.5;
             let mut chart = ChartBuilder::on(&root)
-                .caption(format!("{label}, {payload}-byte answers"), ("sans-serif", 18))
+                .caption(
+                    format!("{label}, {payload}-byte answers"),
+                    ("sans-serif", 18),
+                )
                 .margin(10)
                 .x_label_area_size(35)
                 .y_label_area_size(60)
-                .build_cartesian_2d((0.7f64..xmax).log_scale(), 0f64..ymax)?;
+                .build_cartesian_2d((0.7f64..xmax).log_scale(), (ymin..ymax).log_scale())?;
             chart
                 .configure_mesh()
                 .x_desc("fan-out (workers per request)")
@@ -657,7 +676,11 @@ pub fn plots(points: &[Point], dir: &Path) -> Result<()> {
                     .draw_series(LineSeries::new(series.clone(), c.stroke_width(2)))?
                     .label(name)
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], c));
-                chart.draw_series(series.iter().map(|&(x, y)| Circle::new((x, y), 3, c.filled())))?;
+                chart.draw_series(
+                    series
+                        .iter()
+                        .map(|&(x, y)| Circle::new((x, y), 3, c.filled())),
+                )?;
             }
             chart
                 .configure_series_labels()

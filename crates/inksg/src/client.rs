@@ -65,7 +65,10 @@ impl Reducer {
         let vec = |e: Elem, n: usize| -> Result<(u16, u16)> {
             let b = e.bytes() * n;
             if n == 0 || b > VEC_BYTES {
-                bail!("vectors are 1-{} bytes (got {n} elements of {e:?})", VEC_BYTES);
+                bail!(
+                    "vectors are 1-{} bytes (got {n} elements of {e:?})",
+                    VEC_BYTES
+                );
             }
             Ok((b as u16, e.bytes() as u16))
         };
@@ -290,7 +293,11 @@ impl Client {
         index: u32,
         port: u16,
         opts: &ClientOpts,
-    ) -> Result<(MapHandle, RingBuffer<'static>, Rc<RefCell<VecDeque<Vec<u8>>>>)> {
+    ) -> Result<(
+        MapHandle,
+        RingBuffer<'static>,
+        Rc<RefCell<VecDeque<Vec<u8>>>>,
+    )> {
         let ring_map = sg.install_ring(index)?;
         let queue: Rc<RefCell<VecDeque<Vec<u8>>>> = Rc::default();
         let q = queue.clone();
@@ -431,7 +438,7 @@ impl Client {
         let need = match policy {
             Policy::All => asked,
             Policy::Any => 1,
-            Policy::N(n) if n == 0 => bail!("WaitN needs n >= 1"),
+            Policy::N(0) => bail!("WaitN needs n >= 1"),
             Policy::N(n) => n.min(asked),
         };
         let timeout_us = u32::try_from(timeout.as_micros().max(1))

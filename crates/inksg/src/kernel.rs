@@ -9,8 +9,8 @@ use std::{
 
 use anyhow::{anyhow, bail, Context, Result};
 use libbpf_rs::{
-    MapCore, MapFlags, MapHandle, MapType, Object, ObjectBuilder, TcHookBuilder, Xdp,
-    XdpFlags, TC_EGRESS,
+    MapCore, MapFlags, MapHandle, MapType, Object, ObjectBuilder, TcHookBuilder, Xdp, XdpFlags,
+    TC_EGRESS,
 };
 
 use crate::skel::{self, sg::types};
@@ -335,11 +335,7 @@ impl Sg {
         self.attached
             .iter()
             .map(|a| {
-                let mode = if a.native {
-                    "native"
-                } else {
-                    "generic"
-                };
+                let mode = if a.native { "native" } else { "generic" };
                 (a.iface.clone(), mode)
             })
             .collect()
@@ -353,7 +349,10 @@ impl Sg {
     /// an address (different ports).
     pub fn group(&self, workers: &[SocketAddr]) -> Result<Group> {
         if workers.is_empty() || workers.len() > MAX_WORKERS {
-            bail!("a group has 1-{MAX_WORKERS} workers (got {})", workers.len());
+            bail!(
+                "a group has 1-{MAX_WORKERS} workers (got {})",
+                workers.len()
+            );
         }
         let v6 = workers[0].is_ipv6();
         if workers.iter().any(|w| w.is_ipv6() != v6) {
@@ -406,11 +405,7 @@ impl Sg {
             }
             let key = (id as u32 * MAX_WORKERS as u32 + i as u32).to_ne_bytes();
             wmap.update(&key, &v, MapFlags::ANY)?;
-            members.update(
-                &member_key(w, id),
-                &(i as u32).to_ne_bytes(),
-                MapFlags::ANY,
-            )?;
+            members.update(&member_key(w, id), &(i as u32).to_ne_bytes(), MapFlags::ANY)?;
         }
         self.map("groups")?.update(
             &(id as u32).to_ne_bytes(),
@@ -422,8 +417,11 @@ impl Sg {
 
     /// Unregisters a group (its requests in flight end by their timeouts).
     pub fn remove_group(&self, g: &Group) -> Result<()> {
-        self.map("groups")?
-            .update(&(g.id as u32).to_ne_bytes(), &0u32.to_ne_bytes(), MapFlags::ANY)?;
+        self.map("groups")?.update(
+            &(g.id as u32).to_ne_bytes(),
+            &0u32.to_ne_bytes(),
+            MapFlags::ANY,
+        )?;
         let members = self.map("members")?;
         for w in &g.workers {
             let _ = members.delete(&member_key(w, g.id));
@@ -509,8 +507,15 @@ impl Sg {
             sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
             ..Default::default()
         };
-        let ring = MapHandle::create(MapType::RingBuf, Some("inksg_ring"), 0, 0, RING_BYTES, &opts)
-            .context("creating a ring buffer")?;
+        let ring = MapHandle::create(
+            MapType::RingBuf,
+            Some("inksg_ring"),
+            0,
+            0,
+            RING_BYTES,
+            &opts,
+        )
+        .context("creating a ring buffer")?;
         let fd = ring.as_fd().as_raw_fd() as u32;
         self.map("rings")?
             .update(&index.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
@@ -526,7 +531,11 @@ impl Drop for Sg {
         let fd = prog.as_ref().map(|p| p.as_fd());
         let scatter = self.obj.progs().find(|p| p.name() == "sg_scatter");
         let sfd = scatter.as_ref().map(|p| p.as_fd());
-        let attached: Vec<(i32, bool)> = self.attached.iter().map(|a| (a.ifindex, a.native)).collect();
+        let attached: Vec<(i32, bool)> = self
+            .attached
+            .iter()
+            .map(|a| (a.ifindex, a.native))
+            .collect();
         let _ = crate::topo::in_netns_fd(&self.netns, || {
             for (ifindex, native) in attached {
                 if let Some(sfd) = sfd {
@@ -606,7 +615,10 @@ pub fn resolve_next_hops(workers: &[SocketAddr]) -> Vec<Option<NextHop>> {
         let Some(dev) = r["dev"].as_str() else {
             continue;
         };
-        let via = r["gateway"].as_str().map(str::to_string).unwrap_or(ip.to_string());
+        let via = r["gateway"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or(ip.to_string());
         // (not /sys/class/net: sysfs shows the namespace it was mounted in)
         let link = ip_json(&["link", "show", "dev", dev]);
         let link = link.as_ref().map(|l| &l[0]);
@@ -632,7 +644,14 @@ pub fn resolve_next_hops(workers: &[SocketAddr]) -> Vec<Option<NextHop>> {
                 parse_mac(e["lladdr"].as_str()?)
             });
             if let Some(dmac) = ok {
-                cache.insert(ip, Some(NextHop { ifindex, dmac, smac }));
+                cache.insert(
+                    ip,
+                    Some(NextHop {
+                        ifindex,
+                        dmac,
+                        smac,
+                    }),
+                );
                 break;
             }
             if std::time::Instant::now() > deadline {

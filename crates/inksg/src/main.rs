@@ -20,7 +20,10 @@ use inksg::{
 };
 
 #[derive(Parser)]
-#[command(version, about = "Scatter-gather in the kernel: one send fans out to N workers, XDP gathers the answers")]
+#[command(
+    version,
+    about = "Scatter-gather in the kernel: one send fans out to N workers, XDP gathers the answers"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -106,13 +109,23 @@ enum Cmd {
         #[arg(long = "listen")]
         listen: Vec<SocketAddr>,
     },
+    /// Redraw the plots (and the table) of a benchmark's results.json
+    Plot {
+        /// Directory holding results.json
+        dir: PathBuf,
+    },
     /// The benchmark: scatter-gather against blocking, epoll and io_uring baselines
     Bench {
         #[arg(long, value_delimiter = ',', default_value = "1,8,32,128,512")]
         fanouts: Vec<usize>,
         #[arg(long, value_delimiter = ',', default_value = "8,64,1024")]
         payloads: Vec<usize>,
-        #[arg(long, value_delimiter = ',', value_enum, default_value = "sg,sg-poll,blocking,epoll,io-uring")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            value_enum,
+            default_value = "sg,sg-poll,blocking,epoll,io-uring"
+        )]
         modes: Vec<Mode>,
         /// Seconds per point
         #[arg(long, default_value_t = 2.0)]
@@ -228,7 +241,13 @@ fn run(cli: Cli) -> Result<()> {
             let r = parse_reducer(&reduce)?;
             let p = parse_policy(&policy)?;
             for _ in 0..count {
-                c.scatter(&g, payload.as_bytes(), p, r, Duration::from_millis(timeout_ms))?;
+                c.scatter(
+                    &g,
+                    payload.as_bytes(),
+                    p,
+                    r,
+                    Duration::from_millis(timeout_ms),
+                )?;
                 let d = c
                     .wait(Duration::from_millis(timeout_ms) + Duration::from_secs(2))?
                     .context("no completion")?;
@@ -329,6 +348,12 @@ fn run(cli: Cli) -> Result<()> {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
+        Cmd::Plot { dir } => {
+            let raw = std::fs::read(dir.join("results.json")).context("reading results.json")?;
+            let points: Vec<bench::Point> = serde_json::from_slice(&raw)?;
+            std::fs::write(dir.join("results.md"), bench::table(&points))?;
+            bench::plots(&points, &dir)?;
+        }
         Cmd::Bench {
             fanouts,
             payloads,
@@ -359,7 +384,10 @@ fn run(cli: Cli) -> Result<()> {
             println!("{table}");
             if let Some(dir) = out {
                 std::fs::create_dir_all(&dir)?;
-                std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&points)?)?;
+                std::fs::write(
+                    dir.join("results.json"),
+                    serde_json::to_string_pretty(&points)?,
+                )?;
                 std::fs::write(dir.join("results.md"), &table)?;
                 bench::plots(&points, &dir)?;
             }

@@ -136,7 +136,9 @@ impl Pool {
             p.0 = r.seq;
             p.1.extend_from_slice(r.data);
             if r.seq + 1 == r.total {
-                msgs.entry(r.worker).or_default().push(std::mem::take(&mut p.1));
+                msgs.entry(r.worker)
+                    .or_default()
+                    .push(std::mem::take(&mut p.1));
             }
         }
         for (w, list) in msgs {
@@ -231,7 +233,13 @@ mod tests {
         parse_items(m, |k, i| got.push((k.to_vec(), i)));
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].0, b"a");
-        assert_eq!(got[0].1, Item { flags: 5, value: b"abc".to_vec() });
+        assert_eq!(
+            got[0].1,
+            Item {
+                flags: 5,
+                value: b"abc".to_vec()
+            }
+        );
         assert_eq!(got[1].1.value, b"");
         let mut n = 0;
         parse_items(b"VALUE a 0 10\r\nshort\r\n", |_, _| n += 1);

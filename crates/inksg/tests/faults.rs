@@ -59,8 +59,14 @@ fn a_silent_worker_ends_in_a_timeout_that_names_it_with_the_partial_sum() {
         let g = sg.group(&addrs).unwrap();
         let mut c = Client::new(sg.clone(), false, ClientOpts::default()).unwrap();
         let t0 = Instant::now();
-        c.scatter(&g, &5u64.to_be_bytes(), Policy::All, SUM1, Duration::from_millis(150))
-            .unwrap();
+        c.scatter(
+            &g,
+            &5u64.to_be_bytes(),
+            Policy::All,
+            SUM1,
+            Duration::from_millis(150),
+        )
+        .unwrap();
         let d = c.wait(Duration::from_secs(3)).unwrap().expect("a report");
         assert_eq!(d.status, Status::Timeout);
         assert_eq!(d.missing, vec![1]);
@@ -69,8 +75,14 @@ fn a_silent_worker_ends_in_a_timeout_that_names_it_with_the_partial_sum() {
         assert!(t0.elapsed() >= Duration::from_millis(150));
         assert!(d.elapsed >= Duration::from_millis(150) && d.elapsed < Duration::from_secs(1));
         // WaitN(2) completes without the silent one
-        c.scatter(&g, &5u64.to_be_bytes(), Policy::N(2), SUM1, Duration::from_millis(150))
-            .unwrap();
+        c.scatter(
+            &g,
+            &5u64.to_be_bytes(),
+            Policy::N(2),
+            SUM1,
+            Duration::from_millis(150),
+        )
+        .unwrap();
         let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
         assert_eq!((d.status, d.u64s()), (Status::Done, vec![10]));
     })
@@ -98,8 +110,14 @@ fn duplicates_are_dropped_before_they_touch_the_aggregate() {
         let g = sg.group(&addrs).unwrap();
         let mut c = Client::new(sg.clone(), false, ClientOpts::default()).unwrap();
         for r in 1..=5u64 {
-            c.scatter(&g, &r.to_be_bytes(), Policy::All, SUM1, Duration::from_secs(1))
-                .unwrap();
+            c.scatter(
+                &g,
+                &r.to_be_bytes(),
+                Policy::All,
+                SUM1,
+                Duration::from_secs(1),
+            )
+            .unwrap();
             let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
             assert_eq!(d.status, Status::Done);
             assert_eq!(d.u64s(), vec![3 * r], "a duplicate was counted");
@@ -129,13 +147,25 @@ fn late_answers_are_dropped_in_xdp_not_sent_up_the_stack() {
         let udp_in = snmp("Udp:", "InDatagrams");
         let unreach = snmp("Icmp:", "OutDestUnreachs");
         for _ in 0..4 {
-            c.scatter(&g, &1u64.to_be_bytes(), Policy::All, SUM1, Duration::from_millis(50))
-                .unwrap();
+            c.scatter(
+                &g,
+                &1u64.to_be_bytes(),
+                Policy::All,
+                SUM1,
+                Duration::from_millis(50),
+            )
+            .unwrap();
             let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
             assert_eq!((d.status, d.missing.clone()), (Status::Timeout, vec![1]));
             // and WaitAny completes at the first answer: the second is late too
-            c.scatter(&g, &1u64.to_be_bytes(), Policy::Any, SUM1, Duration::from_secs(1))
-                .unwrap();
+            c.scatter(
+                &g,
+                &1u64.to_be_bytes(),
+                Policy::Any,
+                SUM1,
+                Duration::from_secs(1),
+            )
+            .unwrap();
             let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
             assert_eq!(d.status, Status::Done);
         }
@@ -146,7 +176,11 @@ fn late_answers_are_dropped_in_xdp_not_sent_up_the_stack() {
         }
         let st = sg.stats().unwrap();
         assert_eq!(st.late, 8, "{st:?}");
-        assert_eq!(snmp("Udp:", "InDatagrams"), udp_in, "answers reached the socket");
+        assert_eq!(
+            snmp("Udp:", "InDatagrams"),
+            udp_in,
+            "answers reached the socket"
+        );
         assert_eq!(snmp("Icmp:", "OutDestUnreachs"), unreach);
     })
     .unwrap();
@@ -175,7 +209,13 @@ fn garbage_and_foreign_answers_are_refused_and_counted() {
         let g = sg.group(&addrs).unwrap();
         let mut c = Client::new(sg.clone(), false, ClientOpts::default()).unwrap();
         let id = c
-            .scatter(&g, &7u64.to_be_bytes(), Policy::All, SUM1, Duration::from_millis(200))
+            .scatter(
+                &g,
+                &7u64.to_be_bytes(),
+                Policy::All,
+                SUM1,
+                Duration::from_millis(200),
+            )
             .unwrap();
         // a stranger (not in the group) answers the request with a well-formed answer
         let port = c.local_port();
@@ -227,8 +267,14 @@ fn ipv6_workers_xdp_and_sockets() {
         let gs = sg.group(&saddrs).unwrap();
         let mut c = Client::new(sg.clone(), true, ClientOpts::default()).unwrap();
         for (grp, n) in [(&g, 8u64), (&gs, 2)] {
-            c.scatter(grp, &vec_u64(2, 3), Policy::All, Reducer::Sum(Elem::U64, 2), Duration::from_millis(300))
-                .unwrap();
+            c.scatter(
+                grp,
+                &vec_u64(2, 3),
+                Policy::All,
+                Reducer::Sum(Elem::U64, 2),
+                Duration::from_millis(300),
+            )
+            .unwrap();
             let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
             assert_eq!(d.status, Status::Done, "{d:?} {:?}", sg.stats());
             assert_eq!(d.u64s(), vec![3 * n, 4 * n]);
@@ -250,12 +296,17 @@ fn checksums_are_right_without_offload() {
             .args(["netns", "exec", ns, "ethtool", "-K", dev, what, "off"])
             .output()
             .expect("ethtool");
-        assert!(st.status.success(), "ethtool: {}", String::from_utf8_lossy(&st.stderr));
+        assert!(
+            st.status.success(),
+            "ethtool: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
     };
     ethtool(&t.client, &t.workers[0].peer, "tx");
     ethtool(&t.workers[0].ns, &t.workers[0].iface, "rx");
     for v6 in [false, true] {
-        let (addrs, _w) = socket_workers(&t, &[Behaviour::Echo, Behaviour::Echo, Behaviour::Echo], v6);
+        let (addrs, _w) =
+            socket_workers(&t, &[Behaviour::Echo, Behaviour::Echo, Behaviour::Echo], v6);
         in_netns(&t.client, || {
             let sg = attach(&t);
             let g = sg.group(&addrs).unwrap();
@@ -263,17 +314,31 @@ fn checksums_are_right_without_offload() {
             // odd lengths: the checksum's padding byte
             for len in [1usize, 8, 13, 301] {
                 let p: Vec<u8> = (0..len as u8).collect();
-                c.scatter(&g, &p, Policy::All, Reducer::Concat, Duration::from_millis(300))
-                    .unwrap();
+                c.scatter(
+                    &g,
+                    &p,
+                    Policy::All,
+                    Reducer::Concat,
+                    Duration::from_millis(300),
+                )
+                .unwrap();
                 let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
                 assert_eq!(d.status, Status::Done, "v6 {v6} len {len}: {d:?}");
                 assert!(d.records().iter().all(|r| r.data == &p[..]));
             }
             // and per-worker payloads (a section rewritten per clone)
-            let secs: Vec<(u16, Vec<u8>)> = (0..3u16).map(|w| (w, vec![w as u8; 5 + w as usize * 7])).collect();
+            let secs: Vec<(u16, Vec<u8>)> = (0..3u16)
+                .map(|w| (w, vec![w as u8; 5 + w as usize * 7]))
+                .collect();
             let refs: Vec<(u16, &[u8])> = secs.iter().map(|(w, p)| (*w, &p[..])).collect();
-            c.scatter_each(&g, &refs, Policy::All, Reducer::Concat, Duration::from_millis(300))
-                .unwrap();
+            c.scatter_each(
+                &g,
+                &refs,
+                Policy::All,
+                Reducer::Concat,
+                Duration::from_millis(300),
+            )
+            .unwrap();
             let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
             assert_eq!(d.status, Status::Done, "v6 {v6} sections: {d:?}");
             for r in d.records() {
@@ -298,10 +363,22 @@ fn five_hundred_twelve_workers() {
         let g = sg.group(&ws).unwrap();
         let mut c = Client::new(sg.clone(), false, ClientOpts::default()).unwrap();
         for r in 0..10u64 {
-            c.scatter(&g, &vec_u64(1, r), Policy::All, SUM1, Duration::from_secs(1))
-                .unwrap();
+            c.scatter(
+                &g,
+                &vec_u64(1, r),
+                Policy::All,
+                SUM1,
+                Duration::from_secs(1),
+            )
+            .unwrap();
             let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
-            assert_eq!(d.status, Status::Done, "missing {:?} {:?}", d.missing.len(), sg.stats());
+            assert_eq!(
+                d.status,
+                Status::Done,
+                "missing {:?} {:?}",
+                d.missing.len(),
+                sg.stats()
+            );
             assert_eq!(d.answered, 512);
             assert_eq!(d.u64s(), vec![512 * r]);
         }
@@ -328,8 +405,14 @@ fn an_application_aggregation_program() {
             .expect("loading the example aggregator");
         let g = sg.group(&addrs).unwrap();
         let mut c = Client::new(sg.clone(), false, ClientOpts::default()).unwrap();
-        c.scatter(&g, b"?", Policy::All, Reducer::Custom(id, 16), Duration::from_millis(300))
-            .unwrap();
+        c.scatter(
+            &g,
+            b"?",
+            Policy::All,
+            Reducer::Custom(id, 16),
+            Duration::from_millis(300),
+        )
+        .unwrap();
         let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
         assert_eq!(d.status, Status::Done, "{:?}", sg.stats());
         let best = u64::from_ne_bytes(d.data[0..8].try_into().unwrap());
@@ -353,11 +436,23 @@ fn requests_that_cannot_be_sent_are_refused_at_the_api() {
         let mut c = Client::new(sg.clone(), false, ClientOpts::default()).unwrap();
         let big = vec![0u8; 1500];
         let e = c
-            .scatter(&g, &big, Policy::All, Reducer::Concat, Duration::from_millis(10))
+            .scatter(
+                &g,
+                &big,
+                Policy::All,
+                Reducer::Concat,
+                Duration::from_millis(10),
+            )
             .unwrap_err();
         assert!(e.to_string().contains("does not fit a datagram"), "{e}");
         let e = c
-            .scatter(&g, b"x", Policy::All, Reducer::Sum(Elem::U64, 200), Duration::from_millis(10))
+            .scatter(
+                &g,
+                b"x",
+                Policy::All,
+                Reducer::Sum(Elem::U64, 200),
+                Duration::from_millis(10),
+            )
             .unwrap_err();
         assert!(e.to_string().contains("vectors are"), "{e}");
         assert!(sg.group(&[ws[0], ws[0]]).is_err());

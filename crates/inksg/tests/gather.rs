@@ -46,7 +46,12 @@ fn wait_all_sums_the_answers_of_xdp_workers() {
                     .unwrap();
                 let done = c.wait(Duration::from_secs(2)).unwrap().expect("completion");
                 assert_eq!(done.req_id, id);
-                assert_eq!(done.status, Status::Done, "{done:?} {:?}", sg.stats().unwrap());
+                assert_eq!(
+                    done.status,
+                    Status::Done,
+                    "{done:?} {:?}",
+                    sg.stats().unwrap()
+                );
                 assert!(done.missing.is_empty());
                 assert_eq!(done.answered, 8);
                 let want: Vec<u64> = (0..4).map(|i| 8 * (round + i)).collect();
@@ -56,7 +61,11 @@ fn wait_all_sums_the_answers_of_xdp_workers() {
         let st = sg.stats().unwrap();
         assert_eq!(st.completed, 40, "{st:?}");
         assert_eq!(st.answers, 320, "{st:?}");
-        assert_eq!(st.duplicates + st.late + st.malformed + st.clone_errors, 0, "{st:?}");
+        assert_eq!(
+            st.duplicates + st.late + st.malformed + st.clone_errors,
+            0,
+            "{st:?}"
+        );
     })
     .unwrap();
 }

@@ -2,13 +2,7 @@
 //! over a pool of stock memcached (or inkcached) servers, with inkcache on the servers too.
 mod common;
 
-use std::{
-    collections::HashMap,
-    net::SocketAddr,
-    process::Command,
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, net::SocketAddr, process::Command, sync::Arc, time::Duration};
 
 use common::*;
 use inksg::{
@@ -55,7 +49,13 @@ fn store(servers: &[SocketAddr], ring: &Ketama, which: impl Iterator<Item = usiz
         let k = key(i);
         let v = value(i);
         let s = servers[ring.server(&k)];
-        let mut req = format!("set {} {} 0 {}\r\n", String::from_utf8_lossy(&k), i, v.len()).into_bytes();
+        let mut req = format!(
+            "set {} {} 0 {}\r\n",
+            String::from_utf8_lossy(&k),
+            i,
+            v.len()
+        )
+        .into_bytes();
         req.extend_from_slice(&v);
         req.extend_from_slice(b"\r\n");
         assert_eq!(tcp_exchange(s, &req, b"\r\n"), b"STORED\r\n");
@@ -115,9 +115,9 @@ fn ketama_maps_keys_as_pylibmc_does() {
         (Hash::OneAtATime, r#"{"ketama": True}"#),
         (Hash::Md5, r#"{"ketama": True, "hash": "md5"}"#),
     ] {
-    // pylibmc stores 300 keys; then each server is asked alone which it holds
-    let script = format!(
-        r#"
+        // pylibmc stores 300 keys; then each server is asked alone which it holds
+        let script = format!(
+            r#"
 import json, pylibmc
 servers = {list:?}
 for s in servers:
@@ -133,21 +133,32 @@ for i, s in enumerate(servers):
         where[k] = i
 print(json.dumps(where))
 "#
-    );
-    let out = Command::new("ip")
-        .args(["netns", "exec", &t.client, "/usr/bin/python3", "-c", &script])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let where_: HashMap<String, usize> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(where_.len(), 350);
-    let ring = Ketama::new(&addrs, hash);
-    let mut per = [0; 3];
-    for (k, s) in &where_ {
-        assert_eq!(ring.server(k.as_bytes()), *s, "key {k} with {hash:?}");
-        per[*s] += 1;
-    }
-    assert!(per.iter().all(|&n| n > 30), "{per:?}");
+        );
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &t.client,
+                "/usr/bin/python3",
+                "-c",
+                &script,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let where_: HashMap<String, usize> = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(where_.len(), 350);
+        let ring = Ketama::new(&addrs, hash);
+        let mut per = [0; 3];
+        for (k, s) in &where_ {
+            assert_eq!(ring.server(k.as_bytes()), *s, "key {k} with {hash:?}");
+            per[*s] += 1;
+        }
+        assert!(per.iter().all(|&n| n > 30), "{per:?}");
     }
 }
 
@@ -172,13 +183,22 @@ fn multiget_checks(prog: &str) {
         .unwrap();
         let timeout = Duration::from_millis(300);
         // 0% hits, 50% (even keys stored), 100%
-        for (stage, which) in [(0, vec![]), (50, (0..60).step_by(2).collect()), (100, (1..60).step_by(2).collect::<Vec<_>>())] {
+        for (stage, which) in [
+            (0, vec![]),
+            (50, (0..60).step_by(2).collect()),
+            (100, (1..60).step_by(2).collect::<Vec<_>>()),
+        ] {
             store(&addrs, &ring, which.into_iter());
             let want = reference(&addrs, &ring, &keys);
             assert_eq!(want.len(), keys.len() * stage / 100, "stage {stage}");
             for _ in 0..3 {
                 let got = pool.get_multi(&mut c, &refs, timeout).unwrap();
-                assert!(got.complete(), "stage {stage}: {:?} {:?}", got.missing, sg.stats());
+                assert!(
+                    got.complete(),
+                    "stage {stage}: {:?} {:?}",
+                    got.missing,
+                    sg.stats()
+                );
                 assert_eq!(got.items, want, "stage {stage}");
             }
         }
@@ -191,8 +211,19 @@ fn multiget_checks(prog: &str) {
             .iter()
             .filter(|k| ring.server(k) != dead)
             .map(|k| {
-                let i: usize = String::from_utf8_lossy(k).split(':').nth(1).unwrap().parse().unwrap();
-                (k.clone(), Item { flags: i as u32, value: value(i) })
+                let i: usize = String::from_utf8_lossy(k)
+                    .split(':')
+                    .nth(1)
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                (
+                    k.clone(),
+                    Item {
+                        flags: i as u32,
+                        value: value(i),
+                    },
+                )
             })
             .collect();
         assert_eq!(got.items, expect);
@@ -251,14 +282,30 @@ fn multiget_with_inkcache_on_the_servers() {
             .args(args)
             .output()
             .unwrap();
-        assert!(o.status.success(), "inkcache {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "inkcache {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8_lossy(&o.stdout).to_string()
     };
     for w in &t.workers {
         // the clones carry the client's address on its first interface: allow the whole range
         run(
             &w.ns,
-            &["attach", "--iface", &w.iface, "--port", "11211", "--port", "11300", "--cache-mb", "8", "--allow", "198.19.0.0/16"],
+            &[
+                "attach",
+                "--iface",
+                &w.iface,
+                "--port",
+                "11211",
+                "--port",
+                "11300",
+                "--cache-mb",
+                "8",
+                "--allow",
+                "198.19.0.0/16",
+            ],
         );
     }
     in_netns(&t.client, || {
@@ -267,9 +314,19 @@ fn multiget_with_inkcache_on_the_servers() {
         assert_eq!(want.len(), 40);
         let sg = attach_big(&t);
         let pool = Pool::new(&sg, &addrs, Hash::default()).unwrap();
-        let mut c = Client::new(sg.clone(), false, ClientOpts { proto: Proto::Memcached, ..Default::default() }).unwrap();
+        let mut c = Client::new(
+            sg.clone(),
+            false,
+            ClientOpts {
+                proto: Proto::Memcached,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         for _ in 0..4 {
-            let got = pool.get_multi(&mut c, &refs, Duration::from_millis(300)).unwrap();
+            let got = pool
+                .get_multi(&mut c, &refs, Duration::from_millis(300))
+                .unwrap();
             assert!(got.complete(), "{:?} {:?}", got.missing, sg.stats());
             assert_eq!(got.items, want);
         }

@@ -71,7 +71,9 @@ impl Memcached {
     pub fn start(ns: &str, ip: std::net::IpAddr, port: u16, prog: &str) -> Memcached {
         let p = port.to_string();
         let child = std::process::Command::new("ip")
-            .args(["netns", "exec", ns, prog, "-u", "root", "-p", &p, "-U", &p, "-t", "1", "-m", "32"])
+            .args([
+                "netns", "exec", ns, prog, "-u", "root", "-p", &p, "-U", &p, "-t", "1", "-m", "32",
+            ])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -84,11 +86,15 @@ impl Memcached {
         };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while inksg::topo::in_netns(ns, || {
-            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200)).is_err()
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200))
+                .is_err()
         })
         .unwrap()
         {
-            assert!(std::time::Instant::now() < deadline, "{prog} did not start on {addr}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{prog} did not start on {addr}"
+            );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         m
@@ -113,7 +119,8 @@ impl Drop for Memcached {
 pub fn tcp_exchange(addr: SocketAddr, req: &[u8], end: &[u8]) -> Vec<u8> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
     s.write_all(req).unwrap();
     let mut out = vec![];
     let mut buf = [0u8; 65536];
