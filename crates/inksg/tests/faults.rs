@@ -350,37 +350,40 @@ fn checksums_are_right_without_offload() {
 }
 
 #[test]
-fn five_hundred_twelve_workers() {
+fn five_hundred_twelve_and_a_thousand_twenty_four_workers() {
     if !root_or_skip() {
         return;
     }
     let t = Topology::new("sg5", 4).unwrap();
     let _x = xdp_workers(&t);
-    let ws = workers(&t, 128, false);
-    assert_eq!(ws.len(), 512);
+    let all = workers(&t, 256, false);
     in_netns(&t.client, || {
         let sg = attach(&t);
-        let g = sg.group(&ws).unwrap();
-        let mut c = Client::new(sg.clone(), false, ClientOpts::default()).unwrap();
-        for r in 0..10u64 {
-            c.scatter(
-                &g,
-                &vec_u64(1, r),
-                Policy::All,
-                SUM1,
-                Duration::from_secs(1),
-            )
-            .unwrap();
-            let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
-            assert_eq!(
-                d.status,
-                Status::Done,
-                "missing {:?} {:?}",
-                d.missing.len(),
-                sg.stats()
-            );
-            assert_eq!(d.answered, 512);
-            assert_eq!(d.u64s(), vec![512 * r]);
+        for n in [512usize, 1024] {
+            let g = sg.group(&all[..n]).unwrap();
+            let mut c = Client::new(sg.clone(), false, ClientOpts::default()).unwrap();
+            for r in 0..10u64 {
+                c.scatter(
+                    &g,
+                    &vec_u64(1, r),
+                    Policy::All,
+                    SUM1,
+                    Duration::from_secs(1),
+                )
+                .unwrap();
+                let d = c.wait(Duration::from_secs(3)).unwrap().unwrap();
+                assert_eq!(
+                    d.status,
+                    Status::Done,
+                    "{n} workers: missing {:?} {:?}",
+                    d.missing.len(),
+                    sg.stats()
+                );
+                assert_eq!(d.answered as usize, n);
+                assert_eq!(d.u64s(), vec![n as u64 * r]);
+            }
+            drop(c);
+            sg.remove_group(&g).unwrap();
         }
     })
     .unwrap();
