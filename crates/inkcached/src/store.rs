@@ -447,7 +447,30 @@ impl Store {
     fn make_room(&self, sh: &mut Shard) {
         let newest = sh.heads[RAM];
         let now = self.now();
-        while sh.bytes > self.shard_limit {
+        loop {
+            if sh.bytes <= self.shard_limit {
+                // Within budget: only values stored long enough ago go (ext_item_age).
+                let Some(e) = self.ext.as_ref().filter(|e| e.cfg.item_age != u32::MAX) else {
+                    break;
+                };
+                let t = sh.tails[RAM];
+                if t == NIL || t == newest {
+                    break;
+                }
+                let item = sh.slots[t as usize].item.as_deref().unwrap();
+                if !self.live(item, now) {
+                    let th = self.hash(key_of(item));
+                    sh.reclaimed += 1;
+                    self.unlink(sh, th, t);
+                    continue;
+                }
+                if now.saturating_sub(ItemRef::ram(item).time()) < e.cfg.item_age
+                    || !self.to_flash(sh, t, e)
+                {
+                    break;
+                }
+                continue;
+            }
             let ft = sh.tails[FLASH];
             if ft != NIL && self.stale(sh.slots[ft as usize].item.as_deref().unwrap()) {
                 let th = self.hash(key_of(sh.slots[ft as usize].item.as_deref().unwrap()));
@@ -465,14 +488,7 @@ impl Store {
                     continue;
                 }
                 if let Some(e) = &self.ext {
-                    let it = ItemRef::ram(item);
-                    if let Some(p) = e.append(th, it.key(), it.cas(), it.value()) {
-                        let small = flash_item(item, &p);
-                        let freed = item.len() - small.len();
-                        lru_remove(sh, t);
-                        sh.slots[t as usize].item = Some(small);
-                        sh.bytes -= freed;
-                        lru_push_front(sh, t);
+                    if self.to_flash(sh, t, e) {
                         continue;
                     }
                 }
@@ -486,6 +502,22 @@ impl Store {
             sh.evictions += 1;
             self.unlink(sh, th, victim);
         }
+    }
+
+    /// Moves the value of the RAM item at `t` to flash; false if it cannot go.
+    fn to_flash(&self, sh: &mut Shard, t: u32, e: &Ext) -> bool {
+        let item = sh.slots[t as usize].item.as_deref().unwrap();
+        let it = ItemRef::ram(item);
+        let Some(p) = e.append(self.hash(it.key()), it.key(), it.cas(), it.value()) else {
+            return false;
+        };
+        let small = flash_item(item, &p);
+        let freed = item.len() - small.len();
+        lru_remove(sh, t);
+        sh.slots[t as usize].item = Some(small);
+        sh.bytes -= freed;
+        lru_push_front(sh, t);
+        true
     }
 
     /// Calls `f` with the item at `idx`, its flash value attached when at hand. With `fetch`,
@@ -516,7 +548,10 @@ impl Store {
                 let rate = u64::from(e.cfg.recache_rate);
                 if again
                     && rate > 0
-                    && self.recache_counter.fetch_add(1, Ordering::Relaxed) % rate == 0
+                    && self
+                        .recache_counter
+                        .fetch_add(1, Ordering::Relaxed)
+                        .is_multiple_of(rate)
                 {
                     // Read again from flash: bring the value back to RAM.
                     let it = ItemRef::ram(item);

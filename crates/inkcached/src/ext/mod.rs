@@ -101,6 +101,10 @@ pub struct ExtArgs {
     /// Bring one in N values read from flash back to RAM when read again (2000; 0 = never)
     #[arg(long = "ext-recache-rate", value_name = "N")]
     pub ext_recache_rate: Option<u32>,
+    /// Also move values to flash, without memory pressure, once they were stored at least
+    /// this many seconds ago (default: only when RAM is full)
+    #[arg(long = "ext-item-age", value_name = "SECS")]
+    pub ext_item_age: Option<u32>,
 }
 
 /// A validated flash configuration.
@@ -112,6 +116,9 @@ pub struct ExtConfig {
     pub wbuf_size: usize,
     pub item_size: usize,
     pub recache_rate: u32,
+    /// Seconds since stored after which a value goes to flash even without memory pressure
+    /// (u32::MAX: never).
+    pub item_age: u32,
     /// Write buffers in memory at most (the one being filled and those waiting to be written).
     pub wbufs: usize,
 }
@@ -124,6 +131,7 @@ pub struct ExtOpts {
     page_mb: Option<u64>,
     wbuf_mb: Option<u64>,
     recache_rate: Option<u32>,
+    item_age: Option<u32>,
 }
 
 /// memcached's size suffixes for ext_path: K, M, G, T (any case), or bytes.
@@ -165,8 +173,9 @@ pub fn parse_opt(o: &mut ExtOpts, key: &str, val: Option<&str>) -> Result<bool> 
         }
         "ext_wbuf_size" => o.wbuf_mb = Some(num(key, val)?),
         "ext_recache_rate" => o.recache_rate = Some(num(key, val)?),
-        "ext_threads" | "ext_io_depth" | "ext_item_age" | "ext_low_ttl" | "ext_compact_under"
-        | "ext_drop_under" | "ext_max_sleep" => {
+        "ext_item_age" => o.item_age = Some(num(key, val)?),
+        "ext_threads" | "ext_io_depth" | "ext_low_ttl" | "ext_compact_under" | "ext_drop_under"
+        | "ext_max_sleep" => {
             let _: u64 = num(key, val)?;
         }
         "ext_max_frag" | "slab_automove_freeratio" => {
@@ -188,6 +197,7 @@ impl ExtOpts {
         self.page_mb = a.ext_page_size.or(self.page_mb);
         self.wbuf_mb = a.ext_wbuf_size.or(self.wbuf_mb);
         self.recache_rate = a.ext_recache_rate.or(self.recache_rate);
+        self.item_age = a.ext_item_age.or(self.item_age);
     }
 
     /// The validated configuration, None without ext_path. `max_item` is the item size limit.
@@ -206,11 +216,17 @@ impl ExtOpts {
             bail!("ext_path {p:?} has no file name");
         }
         let page_size = self.page_mb.unwrap_or(64) << 20;
-        let wbuf_size = (self.wbuf_mb.unwrap_or(4) << 20) as usize;
+        let wbuf_size = match self.wbuf_mb {
+            Some(mb) => (mb << 20) as usize,
+            None => (4 << 20).min(page_size) as usize,
+        };
         if page_size == 0 || page_size > 1 << 30 {
             bail!("ext_page_size must be 1 to 1024 (MB)");
         }
-        if wbuf_size == 0 || wbuf_size as u64 > page_size || page_size % wbuf_size as u64 != 0 {
+        if wbuf_size == 0
+            || wbuf_size as u64 > page_size
+            || !page_size.is_multiple_of(wbuf_size as u64)
+        {
             bail!("ext_wbuf_size must divide ext_page_size");
         }
         let pages = size / page_size;
@@ -234,6 +250,7 @@ impl ExtOpts {
             wbuf_size,
             item_size,
             recache_rate: self.recache_rate.unwrap_or(2000),
+            item_age: self.item_age.unwrap_or(u32::MAX),
             wbufs: 4,
         }))
     }
@@ -900,15 +917,13 @@ pub fn open_or_log(cfg: Option<ExtConfig>) -> Option<Arc<Ext>> {
         eprintln!("inkcached: flash tier disabled (io_uring: {e}); serving from RAM only");
         return None;
     }
+    // A file size limit (ulimit -f) must fail a write, not kill the server.
+    // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     match Ext::open(cfg) {
-        Ok(e) => {
-            // A file size limit (ulimit -f) must fail a write, not kill the server.
-            // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
-            unsafe {
-                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            }
-            Some(Arc::new(e))
-        }
+        Ok(e) => Some(Arc::new(e)),
         Err(e) => {
             eprintln!("inkcached: flash tier disabled ({e:#}); serving from RAM only");
             None
