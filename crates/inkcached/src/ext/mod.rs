@@ -128,8 +128,8 @@ pub struct ExtConfig {
 pub struct ExtOpts {
     path: Option<String>,
     item_size: Option<usize>,
-    page_mb: Option<u64>,
-    wbuf_mb: Option<u64>,
+    page_size: Option<u64>,
+    wbuf_size: Option<u64>,
     recache_rate: Option<u32>,
     item_age: Option<u32>,
 }
@@ -144,6 +144,21 @@ fn parse_bytes(s: &str) -> Option<u64> {
         _ => (s, 1),
     };
     num.parse::<u64>().ok()?.checked_mul(mul)
+}
+
+/// A size in megabytes as memcached takes it (a bare number), or with a K or M suffix (at least
+/// 64 KB, a multiple of 4 KB: small pages and buffers for tests).
+fn mb_or_size(key: &str, v: Option<&str>) -> Result<u64> {
+    let v = v.with_context(|| format!("missing {key} argument"))?;
+    let b = match v.as_bytes().last() {
+        Some(b'k' | b'K' | b'm' | b'M') => parse_bytes(v),
+        _ => v.parse::<u64>().ok().and_then(|n| n.checked_mul(1 << 20)),
+    }
+    .with_context(|| format!("could not parse argument to {key}: {v:?}"))?;
+    if b < 64 << 10 || b % ALIGN as u64 != 0 || b > 1 << 30 {
+        bail!("{key} must be 64k to 1024m, in 4k steps");
+    }
+    Ok(b)
 }
 
 fn num<T: std::str::FromStr>(key: &str, v: Option<&str>) -> Result<T> {
@@ -169,9 +184,9 @@ pub fn parse_opt(o: &mut ExtOpts, key: &str, val: Option<&str>) -> Result<bool> 
             if o.path.is_some() {
                 bail!("ext_page_size must come before ext_path");
             }
-            o.page_mb = Some(num(key, val)?)
+            o.page_size = Some(mb_or_size(key, val)?)
         }
-        "ext_wbuf_size" => o.wbuf_mb = Some(num(key, val)?),
+        "ext_wbuf_size" => o.wbuf_size = Some(mb_or_size(key, val)?),
         "ext_recache_rate" => o.recache_rate = Some(num(key, val)?),
         "ext_item_age" => o.item_age = Some(num(key, val)?),
         "ext_threads" | "ext_io_depth" | "ext_low_ttl" | "ext_compact_under" | "ext_drop_under"
@@ -194,8 +209,12 @@ impl ExtOpts {
             self.path = a.ext_path.clone();
         }
         self.item_size = a.ext_item_size.or(self.item_size);
-        self.page_mb = a.ext_page_size.or(self.page_mb);
-        self.wbuf_mb = a.ext_wbuf_size.or(self.wbuf_mb);
+        if let Some(mb) = a.ext_page_size {
+            self.page_size = Some(mb << 20);
+        }
+        if let Some(mb) = a.ext_wbuf_size {
+            self.wbuf_size = Some(mb << 20);
+        }
         self.recache_rate = a.ext_recache_rate.or(self.recache_rate);
         self.item_age = a.ext_item_age.or(self.item_age);
     }
@@ -203,7 +222,7 @@ impl ExtOpts {
     /// The validated configuration, None without ext_path. `max_item` is the item size limit.
     pub fn config(&self, max_item: usize) -> Result<Option<ExtConfig>> {
         let Some(p) = &self.path else {
-            if self.item_size.is_some() || self.page_mb.is_some() || self.wbuf_mb.is_some() {
+            if self.item_size.is_some() || self.page_size.is_some() || self.wbuf_size.is_some() {
                 bail!("ext_* options need ext_path=FILE:SIZE");
             }
             return Ok(None);
@@ -215,11 +234,8 @@ impl ExtOpts {
         if file.is_empty() {
             bail!("ext_path {p:?} has no file name");
         }
-        let page_size = self.page_mb.unwrap_or(64) << 20;
-        let wbuf_size = match self.wbuf_mb {
-            Some(mb) => (mb << 20) as usize,
-            None => (4 << 20).min(page_size) as usize,
-        };
+        let page_size = self.page_size.unwrap_or(64 << 20);
+        let wbuf_size = self.wbuf_size.unwrap_or((4 << 20).min(page_size)) as usize;
         if page_size == 0 || page_size > 1 << 30 {
             bail!("ext_page_size must be 1 to 1024 (MB)");
         }
@@ -231,10 +247,7 @@ impl ExtOpts {
         }
         let pages = size / page_size;
         if pages < 2 {
-            bail!(
-                "ext_path size {size} holds fewer than 2 pages of {} MB (ext_page_size)",
-                page_size >> 20
-            );
+            bail!("ext_path size {size} holds fewer than 2 pages of {page_size} bytes (ext_page_size)");
         }
         if pages > 1 << 20 {
             bail!("ext_path size {size} makes more than 2^20 pages; raise ext_page_size");
@@ -969,6 +982,17 @@ mod tests {
         .unwrap();
         assert_eq!(c.path, PathBuf::from("/a:b"));
         assert_eq!((c.size, c.page_size, c.item_size), (10 << 20, 1 << 20, 100));
+        let c = opts(&[
+            ("ext_page_size", Some("256k")),
+            ("ext_wbuf_size", Some("64K")),
+            ("ext_path", Some("/f:1m")),
+        ])
+        .unwrap()
+        .config(1 << 20)
+        .unwrap()
+        .unwrap();
+        assert_eq!((c.page_size, c.wbuf_size), (256 << 10, 64 << 10));
+        assert!(opts(&[("ext_wbuf_size", Some("1k"))]).is_err());
         assert!(opts(&[("ext_path", Some("/x:64m"))])
             .unwrap()
             .config(1 << 20)
