@@ -865,6 +865,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     }
 
     while !sh.shutdown.load(Ordering::Relaxed) {
+        extio::submit_pending();
         let timeout = if pending.is_empty() {
             Some(Duration::from_millis(500))
         } else {

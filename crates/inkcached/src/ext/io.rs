@@ -83,6 +83,8 @@ struct WorkerIo {
     ready: Vec<Token>,
     /// Failed reads: (key, ptr) whose items the worker drops.
     failed: Vec<(Vec<u8>, Ptr)>,
+    /// Reads pushed to the ring and not yet submitted (see [`submit_pending`]).
+    unsubmitted: bool,
 }
 
 #[derive(Default)]
@@ -135,6 +137,7 @@ pub fn init_worker(
             next: 1,
             ready: Vec::new(),
             failed: Vec::new(),
+            unsubmitted: false,
         })
     });
     Ok(())
@@ -269,9 +272,9 @@ fn submit(needs: Vec<Need>, carry: Option<Ticket>) -> Ticket {
 }
 
 impl WorkerIo {
-    /// Moves queued reads into the ring while there is room, and submits.
+    /// Moves queued reads into the ring while there is room (submitted by
+    /// [`submit_pending`], once per event loop turn).
     fn pump(&mut self) {
-        let mut pushed = false;
         while self.inflight < MAX_INFLIGHT {
             let Some(slot) = self.backlog.pop_front() else {
                 break;
@@ -294,12 +297,7 @@ impl WorkerIo {
                 break;
             }
             self.inflight += 1;
-            pushed = true;
-        }
-        if pushed {
-            if let Err(e) = self.ring.submit() {
-                self.ext.fail("io_uring submit", &e);
-            }
+            self.unsubmitted = true;
         }
         self.ext.stats.io_queue.store(
             (self.inflight + self.backlog.len()) as u64,
@@ -426,6 +424,21 @@ fn drop_held(held: &[Ptr]) {
     })
 }
 
+/// Submits the reads the worker queued during this turn of its event loop (one system call
+/// for all of them); called before the worker waits for events.
+pub fn submit_pending() {
+    IO.with(|io| {
+        let mut g = io.borrow_mut();
+        let Some(io) = g.as_mut() else { return };
+        if io.unsubmitted {
+            io.unsubmitted = false;
+            if let Err(e) = io.ring.submit() {
+                io.ext.fail("io_uring submit", &e);
+            }
+        }
+    })
+}
+
 /// Wakes `token` when `t` is ready (at once if it already is).
 pub fn watch(t: Ticket, token: Token) {
     IO.with(|io| {
@@ -515,6 +528,10 @@ pub fn on_event(drop_item: &mut dyn FnMut(&[u8], &Ptr)) -> Vec<Token> {
 pub fn shutdown_worker() {
     IO.with(|io| {
         if let Some(mut io) = io.borrow_mut().take() {
+            if io.unsubmitted && io.ring.submit().is_err() {
+                std::mem::forget(io);
+                return;
+            }
             while io.inflight > 0 {
                 if io.ring.submit_and_wait(1).is_err() {
                     // Leak the buffers rather than free memory the kernel may still write.

@@ -92,7 +92,7 @@ pub struct ExtArgs {
     /// Values of at least this many bytes go to flash when evicted from RAM (512)
     #[arg(long = "ext-item-size", value_name = "BYTES")]
     pub ext_item_size: Option<usize>,
-    /// Flash page size in megabytes (64)
+    /// Flash page size in megabytes (default: 1/32 of the file, 1 to 64)
     #[arg(long = "ext-page-size", value_name = "MB")]
     pub ext_page_size: Option<u64>,
     /// Flash write buffer size in megabytes (4)
@@ -234,7 +234,11 @@ impl ExtOpts {
         if file.is_empty() {
             bail!("ext_path {p:?} has no file name");
         }
-        let page_size = self.page_size.unwrap_or(64 << 20);
+        // Default: 1/32 of the file (a power of two from 1 to 64 MB), so that reclaiming the
+        // oldest page drops a small share of what flash holds.
+        let page_size = self
+            .page_size
+            .unwrap_or_else(|| 1u64 << (size / 32).max(1).ilog2().clamp(20, 26));
         let wbuf_size = self.wbuf_size.unwrap_or((4 << 20).min(page_size)) as usize;
         if page_size == 0 || page_size > 1 << 30 {
             bail!("ext_page_size must be 1 to 1024 (MB)");
@@ -965,7 +969,7 @@ mod tests {
             .unwrap();
         assert_eq!(c.path, PathBuf::from("/x/f"));
         assert_eq!(c.size, 1 << 30);
-        assert_eq!(c.page_size, 64 << 20);
+        assert_eq!(c.page_size, 32 << 20);
         assert_eq!(c.wbuf_size, 4 << 20);
         assert_eq!(c.item_size, 512);
         let c = opts(&[
@@ -993,10 +997,18 @@ mod tests {
         .unwrap();
         assert_eq!((c.page_size, c.wbuf_size), (256 << 10, 64 << 10));
         assert!(opts(&[("ext_wbuf_size", Some("1k"))]).is_err());
-        assert!(opts(&[("ext_path", Some("/x:64m"))])
+        let c = opts(&[("ext_path", Some("/x:64m"))])
             .unwrap()
             .config(1 << 20)
-            .is_err()); // one page
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.page_size, c.wbuf_size), (2 << 20, 2 << 20));
+        assert!(
+            opts(&[("ext_page_size", Some("64")), ("ext_path", Some("/x:64m"))])
+                .unwrap()
+                .config(1 << 20)
+                .is_err()
+        ); // one page
         assert!(opts(&[("ext_path", Some("/x"))])
             .unwrap()
             .config(1 << 20)
