@@ -110,8 +110,11 @@ struct Conn {
     wpos: usize,
     swallow: usize,
     closing: bool,
-    /// A request parked for flash reads: executed again once they are in.
+    /// Flash values this connection holds (read for a parked request and the gets pipelined
+    /// behind it), released once its buffered requests are all executed.
     wait: Option<Ticket>,
+    /// The request at `rstart` waits for `wait`'s reads: executed again once they are in.
+    parked: bool,
 }
 
 #[derive(PartialEq, Eq)]
@@ -135,6 +138,7 @@ impl Conn {
             swallow: 0,
             closing: false,
             wait: None,
+            parked: false,
         }
     }
 
@@ -145,8 +149,11 @@ impl Conn {
     /// Executes every complete request in the read buffer.
     fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits, tok: Token) {
         while self.rstart < self.rend && !self.closing && self.backlog() < WBUF_HIGH {
-            if self.wait.is_some_and(|t| !extio::is_ready(t)) {
-                break;
+            if self.parked {
+                if self.wait.is_some_and(|t| !extio::is_ready(t)) {
+                    break;
+                }
+                self.parked = false;
             }
             if self.swallow > 0 {
                 let n = self.swallow.min(self.rend - self.rstart);
@@ -157,8 +164,7 @@ impl Conn {
             let buf = &self.rbuf[self.rstart..self.rend];
             match parse_request_with(buf, limits) {
                 Ok(Some((req, used))) => {
-                    let resume = self.wait.take();
-                    match extio::attempt(&sh.workers[w], resume, &mut self.wbuf, |out| {
+                    match extio::attempt(&sh.workers[w], self.wait, &mut self.wbuf, |out| {
                         exec::execute(sh, w, req, out)
                     }) {
                         Attempt::Done(next) => {
@@ -170,6 +176,18 @@ impl Conn {
                         Attempt::Wait(t) => {
                             extio::watch(t, tok);
                             self.wait = Some(t);
+                            self.parked = true;
+                            // Read ahead for the gets pipelined behind it.
+                            let mut pos = self.rstart + used;
+                            for _ in 0..16 {
+                                match parse_request_with(&self.rbuf[pos..self.rend], limits) {
+                                    Ok(Some((next, n))) => {
+                                        extio::prefetch(&sh.store, t, &next);
+                                        pos += n;
+                                    }
+                                    _ => break,
+                                }
+                            }
                             break;
                         }
                     }
@@ -187,6 +205,11 @@ impl Conn {
             }
         }
         if self.rstart == self.rend {
+            if !self.parked {
+                if let Some(t) = self.wait.take() {
+                    extio::release(t);
+                }
+            }
             self.rstart = 0;
             self.rend = 0;
             if self.rbuf.len() > 1 << 20 {
@@ -224,7 +247,7 @@ impl Conn {
             if self.flush(sh, w).is_err() {
                 return Status::Close;
             }
-            if self.wait.is_some() {
+            if self.parked {
                 // Parked on flash reads: the ticket wakes us.
                 return Status::Idle;
             }
@@ -582,7 +605,7 @@ fn execute_datagram(
     limits: &Limits,
     dgram: &[u8],
     mut pos: usize,
-    mut resume: Option<Ticket>,
+    resume: Option<Ticket>,
     out: &mut Vec<u8>,
 ) -> Option<(Ticket, usize)> {
     let n = dgram.len();
@@ -590,7 +613,7 @@ fn execute_datagram(
         let buf = &dgram[pos..n];
         match parse_request_with(buf, limits) {
             Ok(Some((req, used))) => {
-                let next = match extio::attempt(&sh.workers[w], resume.take(), out, |out| {
+                let next = match extio::attempt(&sh.workers[w], resume, out, |out| {
                     exec::execute(sh, w, req, out)
                 }) {
                     Attempt::Done(next) => next,

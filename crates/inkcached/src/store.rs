@@ -779,6 +779,21 @@ impl Store {
         }
     }
 
+    /// Where the value of `key` is on flash, and its CAS: None if it is absent, expired, in
+    /// RAM, or its page was reclaimed. Changes nothing (no LRU bump, no reclaim).
+    pub fn flash_ref(&self, key: &[u8]) -> Option<(Ptr, u64)> {
+        let h = self.hash(key);
+        let now = self.now();
+        let sh = self.shard(h);
+        let slots = &sh.slots;
+        let &idx = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        })?;
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        (is_flash(item) && self.live(item, now) && !self.stale(item))
+            .then(|| (ptr_of(item), ItemRef::ram(item).cas()))
+    }
+
     /// Drops `key` if its value is still the one at `p` on flash (a failed read).
     pub fn drop_flash(&self, key: &[u8], p: &Ptr) {
         let h = self.hash(key);

@@ -625,3 +625,50 @@ fn consistency_checker_with_compaction() {
     );
     let _ = Path::new(&dir.file());
 }
+
+/// Gets pipelined behind a parked one are read ahead; writes pipelined between them still
+/// apply in order (a get after a set or delete sees it).
+#[test]
+fn pipelined_gets_and_writes_on_flash_items() {
+    let dir = TempDir::new("pipe");
+    let srv = all_on_flash(&dir);
+    let mut c = Tcp::new(srv.port);
+    for i in 0..20u64 {
+        c.set(&format!("p{i}"), 0, 0, &value(i, 6));
+    }
+    push(&mut c);
+    let before = c.stats()["get_extstore"];
+    let mut req = Vec::new();
+    for i in 0..20u64 {
+        req.extend_from_slice(format!("get p{i}\r\n").as_bytes());
+    }
+    req.extend_from_slice(
+        b"set p3 0 0 3\r\nnew\r\ndelete p4\r\nget p3 p4 p5\r\nappend p6 0 0 1\r\nZ\r\nget p6\r\n",
+    );
+    c.0.write_all(&req).unwrap();
+    for i in 0..20u64 {
+        let Response::Values(v) = c.read() else {
+            panic!()
+        };
+        assert!(v.len() == 1 && v[0].data == value(i, 6), "p{i}");
+    }
+    assert_eq!(c.read(), Response::Stored);
+    assert_eq!(c.read(), Response::Deleted);
+    let Response::Values(v) = c.read() else {
+        panic!()
+    };
+    assert_eq!(v.len(), 2);
+    assert_eq!(
+        (v[0].key.as_slice(), v[0].data.as_slice()),
+        (b"p3".as_slice(), b"new".as_slice())
+    );
+    assert!(v[1].key == b"p5" && v[1].data == value(5, 6));
+    assert_eq!(c.read(), Response::Stored);
+    let Response::Values(v) = c.read() else {
+        panic!()
+    };
+    let mut want = value(6, 6);
+    want.push(b'Z');
+    assert!(v[0].data == want);
+    assert!(c.stats()["get_extstore"] - before >= 20);
+}

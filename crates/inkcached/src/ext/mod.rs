@@ -730,6 +730,13 @@ impl Ext {
         }
     }
 
+    /// True if the value at `p` is still in a write buffer (not on disk yet).
+    pub fn is_buffered(&self, p: &Ptr) -> bool {
+        let st = self.lock();
+        st.cur.as_ref().and_then(|c| c.value(p)).is_some()
+            || st.full.iter().any(|b| b.value(p).is_some())
+    }
+
     /// Byte offset of `p` in the file.
     pub fn file_offset(&self, p: &Ptr) -> u64 {
         p.page as u64 * self.cfg.page_size + p.off as u64
