@@ -111,7 +111,7 @@ struct Conn {
     swallow: usize,
     closing: bool,
     /// Flash values this connection holds (read for a parked request and the gets pipelined
-    /// behind it), released once its buffered requests are all executed.
+    /// behind it), released once it has executed every complete request it has.
     wait: Option<Ticket>,
     /// The request at `rstart` waits for `wait`'s reads: executed again once they are in.
     parked: bool,
@@ -204,12 +204,13 @@ impl Conn {
                 }
             }
         }
-        if self.rstart == self.rend {
-            if !self.parked {
-                if let Some(t) = self.wait.take() {
-                    extio::release(t);
-                }
+        if !self.parked {
+            // Every complete request (those read ahead for included) was executed.
+            if let Some(t) = self.wait.take() {
+                extio::release(t);
             }
+        }
+        if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
             if self.rbuf.len() > 1 << 20 {
