@@ -35,6 +35,9 @@ test: build
 	# the kernel cache's tests again, with inkcached as the server instead of stock memcached
 	INKCACHE_TEST_SERVER=inkcached INKCACHED_BIN=$(CURDIR)/target/release/inkcached \
 	    $(CARGO) test --release -p inkcache --no-fail-fast -- --test-threads=2
+	# and once more with inkcached's flash tier answering (every value but the newest on flash)
+	INKCACHE_TEST_SERVER=inkcached INKCACHED_BIN=$(CURDIR)/scripts/inkcached-flash \
+	    $(CARGO) test --release -p inkcache --no-fail-fast -- --test-threads=2
 
 demo: build
 	BIN=target/release scripts/demo.sh

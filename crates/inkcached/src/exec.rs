@@ -236,6 +236,9 @@ fn stats(sh: &Shared, group: Option<&[u8]>, out: &mut Vec<u8>) {
             resp::stat(out, "max_connections", s.max_conns);
             for (name, v) in crate::stats::NAMES.iter().zip(&c) {
                 resp::stat(out, name, v);
+                if *name == "get_flushed" {
+                    crate::stats::extstore_gets(out, store);
+                }
             }
             resp::stat(out, "limit_maxbytes", s.max_bytes);
             resp::stat(out, "threads", s.threads);
@@ -246,6 +249,7 @@ fn stats(sh: &Shared, group: Option<&[u8]>, out: &mut Vec<u8>) {
             resp::stat(out, "evicted_unfetched", 0);
             resp::stat(out, "evictions", ss.evictions);
             resp::stat(out, "reclaimed", ss.reclaimed);
+            crate::stats::extstore(out, store);
         }
         Some(b"settings") => {
             resp::stat(out, "maxbytes", s.max_bytes);
@@ -269,6 +273,7 @@ fn stats(sh: &Shared, group: Option<&[u8]>, out: &mut Vec<u8>) {
             resp::stat(out, "item_size_max", s.max_item);
             resp::stat(out, "reuseport", "yes");
             resp::stat(out, "store_shards", store.shard_count());
+            crate::stats::extstore_settings(out, store);
         }
         Some(b"items") => {
             let ss = store.stats();
@@ -293,6 +298,9 @@ fn stats(sh: &Shared, group: Option<&[u8]>, out: &mut Vec<u8>) {
         Some(b"reset") => {
             for w in sh.workers.iter() {
                 w.reset();
+            }
+            if let Some(e) = store.ext() {
+                e.reset();
             }
             resp::line(out, "RESET");
             return;

@@ -1,6 +1,7 @@
 //! inkcached: a memcached-compatible server. See README.md.
 
 mod exec;
+mod ext;
 mod net;
 mod stats;
 mod store;
@@ -46,6 +47,29 @@ struct Cli {
     /// Print help
     #[arg(short = 'h', long = "help", action = clap::ArgAction::Help)]
     help: Option<bool>,
+    /// Extended options, comma separated key=value (memcached's -o; the flash tier's ext_*)
+    #[arg(short = 'o', long = "extended", value_name = "OPTS")]
+    extended: Vec<String>,
+    #[command(flatten)]
+    ext: ext::ExtArgs,
+}
+
+/// The flash tier's configuration from `-o ext_*` keys and the `--ext-*` long options.
+fn ext_config(cli: &Cli) -> Result<Option<ext::ExtConfig>> {
+    let mut o = ext::ExtOpts::default();
+    for list in &cli.extended {
+        for kv in list.split(',').filter(|s| !s.is_empty()) {
+            let (k, v) = match kv.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (kv, None),
+            };
+            if !ext::parse_opt(&mut o, k, v)? {
+                bail!("unknown -o option {k:?}");
+            }
+        }
+    }
+    o.merge_args(&cli.ext);
+    o.config(cli.max_item)
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -100,6 +124,7 @@ fn run(cli: Cli) -> Result<()> {
             cli.max_item
         );
     }
+    let ext_cfg = ext_config(&cli)?;
     let addrs = listen_addrs(&cli)?;
     let n = cli.threads;
     let mut per_worker: Vec<net::WorkerSockets> = (0..n)
@@ -145,7 +170,7 @@ fn run(cli: Cli) -> Result<()> {
         verbose: cli.verbose,
     };
     let shared = Arc::new(Shared {
-        store: store::Store::new(max_bytes, cli.max_item),
+        store: store::Store::with_ext(max_bytes, cli.max_item, ext::open_or_log(ext_cfg)),
         workers: (0..n).map(|_| Default::default()).collect(),
         settings,
         verbosity: AtomicU32::new(u32::from(cli.verbose)),
@@ -168,6 +193,15 @@ fn run(cli: Cli) -> Result<()> {
 
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
+    if shared.store.ext().is_some() {
+        let sh = shared.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name("ext-maintainer".into())
+                .spawn(move || sh.store.run_ext_maintainer(&sh.shutdown))
+                .context("spawning the flash maintainer")?,
+        );
+    }
     for (w, socks) in per_worker.into_iter().enumerate() {
         let (poll, waker) = net::new_poll()?;
         wakers.push(waker);

@@ -8,6 +8,7 @@
 //! slow client cannot stall the others.
 
 use crate::exec::{self, Next, Shared};
+use crate::ext::io::{self as extio, Attempt, Ticket};
 use crate::stats::C;
 use anyhow::{Context, Result};
 use inkproto::request::{parse_request_with, Limits};
@@ -23,6 +24,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const WAKE: Token = Token(usize::MAX - 1);
+/// The flash tier's read completions (see `ext::io`).
+const EXT_IO: Token = Token(usize::MAX - 2);
+/// Tokens of UDP datagrams parked for flash reads start here.
+const PARK_BASE: usize = usize::MAX / 2;
+/// UDP datagrams parked for flash reads per worker at most (more are dropped, as UDP may).
+const MAX_PARKED: usize = 4096;
 /// Tokens below this are listeners and UDP sockets; connections start here.
 const CONN_BASE: usize = 1 << 16;
 /// Stop executing requests of a connection while this much output waits to be sent.
@@ -103,6 +110,11 @@ struct Conn {
     wpos: usize,
     swallow: usize,
     closing: bool,
+    /// Flash values this connection holds (read for a parked request and the gets pipelined
+    /// behind it), released once it has executed every complete request it has.
+    wait: Option<Ticket>,
+    /// The request at `rstart` waits for `wait`'s reads: executed again once they are in.
+    parked: bool,
 }
 
 #[derive(PartialEq, Eq)]
@@ -125,6 +137,8 @@ impl Conn {
             wpos: 0,
             swallow: 0,
             closing: false,
+            wait: None,
+            parked: false,
         }
     }
 
@@ -133,8 +147,14 @@ impl Conn {
     }
 
     /// Executes every complete request in the read buffer.
-    fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) {
+    fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits, tok: Token) {
         while self.rstart < self.rend && !self.closing && self.backlog() < WBUF_HIGH {
+            if self.parked {
+                if self.wait.is_some_and(|t| !extio::is_ready(t)) {
+                    break;
+                }
+                self.parked = false;
+            }
             if self.swallow > 0 {
                 let n = self.swallow.min(self.rend - self.rstart);
                 self.rstart += n;
@@ -144,10 +164,33 @@ impl Conn {
             let buf = &self.rbuf[self.rstart..self.rend];
             match parse_request_with(buf, limits) {
                 Ok(Some((req, used))) => {
-                    if exec::execute(sh, w, req, &mut self.wbuf) == Next::Close {
-                        self.closing = true;
+                    match extio::attempt(&sh.workers[w], self.wait, &mut self.wbuf, |out| {
+                        exec::execute(sh, w, req, out)
+                    }) {
+                        Attempt::Done(next) => {
+                            if next == Next::Close {
+                                self.closing = true;
+                            }
+                            self.rstart += used;
+                        }
+                        Attempt::Wait(t) => {
+                            extio::watch(t, tok);
+                            self.wait = Some(t);
+                            self.parked = true;
+                            // Read ahead for the gets pipelined behind it.
+                            let mut pos = self.rstart + used;
+                            for _ in 0..16 {
+                                match parse_request_with(&self.rbuf[pos..self.rend], limits) {
+                                    Ok(Some((next, n))) => {
+                                        extio::prefetch(&sh.store, t, &next);
+                                        pos += n;
+                                    }
+                                    _ => break,
+                                }
+                            }
+                            break;
+                        }
                     }
-                    self.rstart += used;
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -159,6 +202,12 @@ impl Conn {
                     self.rstart += e.consumed;
                     self.swallow = e.swallow;
                 }
+            }
+        }
+        if !self.parked {
+            // Every complete request (those read ahead for included) was executed.
+            if let Some(t) = self.wait.take() {
+                extio::release(t);
             }
         }
         if self.rstart == self.rend {
@@ -192,12 +241,16 @@ impl Conn {
         Ok(())
     }
 
-    fn drive(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) -> Status {
+    fn drive(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits, tok: Token) -> Status {
         let mut reads = 0;
         loop {
-            self.process(sh, w, limits);
+            self.process(sh, w, limits, tok);
             if self.flush(sh, w).is_err() {
                 return Status::Close;
+            }
+            if self.parked {
+                // Parked on flash reads: the ticket wakes us.
+                return Status::Idle;
             }
             if self.closing {
                 return if self.backlog() == 0 {
@@ -544,17 +597,31 @@ fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
     unsafe { std::slice::from_raw_parts((a as *const libc::sockaddr_storage).cast::<u8>(), n) }
 }
 
-/// Executes the requests of one datagram, appending the answer to `out`.
-fn execute_datagram(sh: &Arc<Shared>, w: usize, limits: &Limits, dgram: &[u8], out: &mut Vec<u8>) {
-    let mut pos = HEADER_LEN;
+/// Executes the requests of one datagram from `pos` on, appending the answer to `out`. If a
+/// request must wait for flash reads, returns its ticket and position (its answer and the
+/// following ones are not in `out`).
+fn execute_datagram(
+    sh: &Arc<Shared>,
+    w: usize,
+    limits: &Limits,
+    dgram: &[u8],
+    mut pos: usize,
+    resume: Option<Ticket>,
+    out: &mut Vec<u8>,
+) -> Option<(Ticket, usize)> {
     let n = dgram.len();
     while pos < n {
         let buf = &dgram[pos..n];
         match parse_request_with(buf, limits) {
             Ok(Some((req, used))) => {
-                let quit = exec::execute(sh, w, req, out) == Next::Close;
+                let next = match extio::attempt(&sh.workers[w], resume, out, |out| {
+                    exec::execute(sh, w, req, out)
+                }) {
+                    Attempt::Done(next) => next,
+                    Attempt::Wait(t) => return Some((t, pos)),
+                };
                 pos += used;
-                if quit {
+                if next == Next::Close {
                     break;
                 }
             }
@@ -568,16 +635,145 @@ fn execute_datagram(sh: &Arc<Shared>, w: usize, limits: &Limits, dgram: &[u8], o
             }
         }
     }
+    if let Some(t) = resume {
+        extio::release(t);
+    }
+    None
+}
+
+/// A UDP datagram whose requests wait for flash reads.
+struct Parked {
+    /// Index of the worker's UDP socket it came on.
+    sock: usize,
+    addr: libc::sockaddr_storage,
+    addr_len: libc::socklen_t,
+    request_id: u16,
+    /// The datagram (frame header included) and where execution stopped.
+    dgram: Vec<u8>,
+    pos: usize,
+    /// Answers of the requests before `pos`.
+    out: Vec<u8>,
+    ticket: Ticket,
+}
+
+/// The UDP datagrams a worker parked, by slot (token `PARK_BASE + slot`).
+#[derive(Default)]
+struct ParkedUdp {
+    slots: Vec<Option<Parked>>,
+    free: Vec<usize>,
+    count: usize,
+}
+
+impl ParkedUdp {
+    fn park(&mut self, p: Parked) {
+        let t = p.ticket;
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        self.slots[slot] = Some(p);
+        self.count += 1;
+        extio::watch(t, Token(PARK_BASE + slot));
+    }
+}
+
+/// Executes a parked datagram again; sends its answer once nothing waits any more.
+fn resume_udp(
+    parked: &mut ParkedUdp,
+    slot: usize,
+    udps: &[UdpSocket],
+    sh: &Arc<Shared>,
+    w: usize,
+    limits: &Limits,
+) {
+    let Some(Some(mut p)) = parked.slots.get_mut(slot).map(Option::take) else {
+        return;
+    };
+    parked.free.push(slot);
+    parked.count -= 1;
+    if !extio::is_ready(p.ticket) {
+        parked.park(p);
+        return;
+    }
+    match execute_datagram(sh, w, limits, &p.dgram, p.pos, Some(p.ticket), &mut p.out) {
+        Some((t, pos)) => {
+            p.ticket = t;
+            p.pos = pos;
+            parked.park(p);
+        }
+        None => {
+            let sent = send_reply(
+                udps[p.sock].as_raw_fd(),
+                &p.addr,
+                p.addr_len,
+                p.request_id,
+                &p.out,
+            );
+            sh.workers[w].add(C::bytes_written, sent);
+        }
+    }
+}
+
+/// Sends one answer to `addr`, cut into frames as [`serve_udp`] cuts them. Returns the bytes
+/// sent.
+fn send_reply(
+    fd: RawFd,
+    addr: &libc::sockaddr_storage,
+    addr_len: libc::socklen_t,
+    request_id: u16,
+    payload: &[u8],
+) -> u64 {
+    if payload.is_empty() {
+        return 0;
+    }
+    let total = payload.len().div_ceil(MAX_PAYLOAD);
+    if total > u16::MAX as usize {
+        return 0;
+    }
+    let mut sent = 0;
+    for (j, chunk) in payload.chunks(MAX_PAYLOAD).enumerate() {
+        let h = FrameHeader {
+            request_id,
+            seq: j as u16,
+            total: total as u16,
+            reserved: 0,
+        }
+        .encode();
+        let mut iov = [
+            libc::iovec {
+                iov_base: h.as_ptr() as *mut libc::c_void,
+                iov_len: HEADER_LEN,
+            },
+            libc::iovec {
+                iov_base: chunk.as_ptr() as *mut libc::c_void,
+                iov_len: chunk.len(),
+            },
+        ];
+        // SAFETY: msghdr is plain old data; all-zero is valid.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_name = (addr as *const libc::sockaddr_storage as *mut libc::sockaddr_storage).cast();
+        m.msg_namelen = addr_len;
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = 2;
+        // SAFETY: the message points at `addr`, `h` and `chunk`, all alive for the call, which
+        // only reads them.
+        let r = unsafe { libc::sendmsg(fd, &m, libc::MSG_DONTWAIT) };
+        if r > 0 {
+            sent += r as u64;
+        }
+    }
+    sent
 }
 
 /// Serves one UDP socket: up to [`DGRAMS_PER_TURN`] datagrams, received and answered in
 /// batches. Returns true if more may wait.
 fn serve_udp(
-    sock: &UdpSocket,
+    (sock, sock_idx): (&UdpSocket, usize),
     sh: &Arc<Shared>,
     w: usize,
     limits: &Limits,
     b: &mut UdpBatch,
+    parked: &mut ParkedUdp,
 ) -> bool {
     let fd = sock.as_raw_fd();
     let st = &sh.workers[w];
@@ -606,8 +802,27 @@ fn serve_udp(
                 if hdr.total != 1 || hdr.seq != 0 {
                     b.out
                         .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
-                } else {
-                    execute_datagram(sh, w, limits, dgram, &mut b.out);
+                } else if let Some((ticket, pos)) =
+                    execute_datagram(sh, w, limits, dgram, HEADER_LEN, None, &mut b.out)
+                {
+                    // Answered later, once the flash reads are in; UDP may drop it when too
+                    // many wait already.
+                    if parked.count < MAX_PARKED {
+                        parked.park(Parked {
+                            sock: sock_idx,
+                            addr: b.addrs[i],
+                            addr_len: b.addr_lens[i],
+                            request_id: hdr.request_id,
+                            dgram: dgram.to_vec(),
+                            pos,
+                            out: b.out[start..].to_vec(),
+                            ticket,
+                        });
+                    } else {
+                        extio::cancel(ticket);
+                    }
+                    b.out.truncate(start);
+                    continue;
                 }
                 let end = b.out.len();
                 if start == end {
@@ -668,8 +883,13 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     let mut ubatch = UdpBatch::new();
     let st = &sh.workers[w];
     let verbose = sh.settings.verbose;
+    let mut parked = ParkedUdp::default();
+    if let Err(e) = extio::init_worker(sh.store.ext(), &registry, EXT_IO) {
+        eprintln!("inkcached: worker {w}: flash reads unavailable ({e:#}); its flash items miss");
+    }
 
     while !sh.shutdown.load(Ordering::Relaxed) {
+        extio::submit_pending();
         let timeout = if pending.is_empty() {
             Some(Duration::from_millis(500))
         } else {
@@ -691,7 +911,16 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             if tok == WAKE {
                 continue;
             }
+            if tok == EXT_IO {
+                let store = &sh.store;
+                pending.extend(extio::on_event(&mut |k, p| store.drop_flash(k, p)));
+                continue;
+            }
             let t = tok.0;
+            if t >= PARK_BASE {
+                resume_udp(&mut parked, t - PARK_BASE, &udps, &sh, w, &limits);
+                continue;
+            }
             if t < udp_base {
                 // Accept everything waiting.
                 loop {
@@ -737,7 +966,8 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                     }
                 }
             } else if t < CONN_BASE {
-                let more = serve_udp(&udps[t - udp_base], &sh, w, &limits, &mut ubatch);
+                let i = t - udp_base;
+                let more = serve_udp((&udps[i], i), &sh, w, &limits, &mut ubatch, &mut parked);
                 if more {
                     pending.push(tok);
                 }
@@ -746,11 +976,14 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                 let Some(Some(c)) = conns.get_mut(idx) else {
                     continue;
                 };
-                match c.drive(&sh, w, &limits) {
+                match c.drive(&sh, w, &limits, tok) {
                     Status::Idle => {}
                     Status::More => pending.push(tok),
                     Status::Close => {
                         let mut c = conns[idx].take().unwrap();
+                        if let Some(t) = c.wait {
+                            extio::cancel(t);
+                        }
                         let _ = registry.deregister(&mut c.sock);
                         free.push(idx);
                         st.atomic_add(C::curr_connections, -1);
@@ -762,6 +995,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             }
         }
     }
+    extio::shutdown_worker();
     Ok(())
 }
 

@@ -8,55 +8,115 @@
 //!
 //! Time is memcached's "relative time": seconds since the process started, plus 2 so that an
 //! exptime of 1 always means "already expired".
+//!
+//! With a flash tier ([`crate::ext`]), an item whose value is large enough is not dropped from
+//! the LRU tail but written to flash: its slot keeps the header and key, with a [`Ptr`] in place
+//! of the value, and moves to a second LRU of such items (dropped from its tail only when no
+//! value in RAM is left to move). Reading the value of a flash item goes through
+//! [`crate::ext::io`]: it is at hand (read for the current request, or still in a write buffer),
+//! or the request records that it needs it and is executed again once it was read.
 
+use crate::ext::{self, io, Ext, Ptr, Rescue};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Exptimes above this many seconds are absolute unix times (memcached's `REALTIME_MAXDELTA`).
 pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
 
-const HDR: usize = 8 + 4 + 4 + 4 + 1;
+const HDR: usize = 8 + 4 + 4 + 4 + 1 + 1;
 const OFF_CAS: usize = 0;
 const OFF_FLAGS: usize = 8;
 const OFF_EXP: usize = 12;
 const OFF_TIME: usize = 16;
 const OFF_KLEN: usize = 20;
+const OFF_KIND: usize = 21;
+/// Kind bits: the value is on flash (a [`Ptr`] follows the key).
+const K_FLASH: u8 = 1;
+/// The flash value was read since it was written there (it gets another round on compaction).
+const K_FETCHED: u8 = 2;
 const NIL: u32 = u32::MAX;
+/// LRU lists: items with their value in RAM, items with their value on flash.
+const RAM: usize = 0;
+const FLASH: usize = 1;
 /// Bytes counted per item beyond its allocation: slot, hash table entry, allocator header.
 const PER_ITEM_OVERHEAD: usize = 24 + 8 + 16;
 
 /// A read-only view of a stored item.
-pub struct ItemRef<'a>(&'a [u8]);
+pub struct ItemRef<'a> {
+    item: &'a [u8],
+    /// A flash item's value, when at hand.
+    val: Option<&'a [u8]>,
+}
 
 impl<'a> ItemRef<'a> {
+    fn ram(item: &'a [u8]) -> Self {
+        ItemRef { item, val: None }
+    }
     pub fn cas(&self) -> u64 {
-        u64::from_le_bytes(self.0[OFF_CAS..OFF_CAS + 8].try_into().unwrap())
+        u64::from_le_bytes(self.item[OFF_CAS..OFF_CAS + 8].try_into().unwrap())
     }
     pub fn flags(&self) -> u32 {
-        rd32(self.0, OFF_FLAGS)
+        rd32(self.item, OFF_FLAGS)
     }
     /// Expiry in relative seconds, 0 for never.
     pub fn exptime(&self) -> u32 {
-        rd32(self.0, OFF_EXP)
+        rd32(self.item, OFF_EXP)
     }
     /// Relative time of the last store.
     pub fn time(&self) -> u32 {
-        rd32(self.0, OFF_TIME)
+        rd32(self.item, OFF_TIME)
     }
     pub fn key(&self) -> &'a [u8] {
-        let k = self.0[OFF_KLEN] as usize;
-        &self.0[HDR..HDR + k]
+        let k = self.item[OFF_KLEN] as usize;
+        &self.item[HDR..HDR + k]
     }
+    /// True if the value lives on flash.
+    pub fn on_flash(&self) -> bool {
+        is_flash(self.item)
+    }
+    /// The value. For a flash item whose value is not at hand, this records that the current
+    /// request needs it read (it is then executed again: see [`crate::ext::io`]) and returns
+    /// an empty placeholder that must not reach a client.
     pub fn value(&self) -> &'a [u8] {
-        let k = self.0[OFF_KLEN] as usize;
-        &self.0[HDR + k..]
+        if !is_flash(self.item) {
+            let k = self.item[OFF_KLEN] as usize;
+            return &self.item[HDR + k..];
+        }
+        match self.val {
+            Some(v) => v,
+            None => {
+                io::need(ptr_of(self.item), self.key(), self.cas());
+                &[]
+            }
+        }
     }
-    /// Bytes this item accounts for.
+    /// Bytes this item accounts for in RAM.
     pub fn size(&self) -> usize {
-        self.0.len() + PER_ITEM_OVERHEAD
+        self.item.len() + PER_ITEM_OVERHEAD
+    }
+}
+
+fn is_flash(item: &[u8]) -> bool {
+    item[OFF_KIND] & K_FLASH != 0
+}
+
+fn ptr_of(item: &[u8]) -> Ptr {
+    let k = item[OFF_KLEN] as usize;
+    Ptr::decode(&item[HDR + k..HDR + k + Ptr::LEN])
+}
+
+fn key_of(item: &[u8]) -> &[u8] {
+    &item[HDR..HDR + item[OFF_KLEN] as usize]
+}
+
+fn list_of(item: &[u8]) -> usize {
+    if is_flash(item) {
+        FLASH
+    } else {
+        RAM
     }
 }
 
@@ -75,10 +135,21 @@ fn make_item(key: &[u8], flags: u32, exp: u32, time: u32, cas: u64, parts: &[&[u
     v.extend_from_slice(&exp.to_le_bytes());
     v.extend_from_slice(&time.to_le_bytes());
     v.push(key.len() as u8);
+    v.push(0);
     v.extend_from_slice(key);
     for p in parts {
         v.extend_from_slice(p);
     }
+    v.into_boxed_slice()
+}
+
+/// The same item with its value replaced by a pointer to flash.
+fn flash_item(item: &[u8], p: &Ptr) -> Box<[u8]> {
+    let k = item[OFF_KLEN] as usize;
+    let mut v = Vec::with_capacity(HDR + k + Ptr::LEN);
+    v.extend_from_slice(&item[..HDR + k]);
+    v[OFF_KIND] = K_FLASH;
+    v.extend_from_slice(&p.encode());
     v.into_boxed_slice()
 }
 
@@ -93,8 +164,8 @@ struct Shard {
     table: HashTable<u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    head: u32,
-    tail: u32,
+    heads: [u32; 2],
+    tails: [u32; 2],
     bytes: usize,
     items: usize,
     evictions: u64,
@@ -147,6 +218,8 @@ pub struct StoreStats {
 
 pub struct Store {
     shards: Box<[Mutex<Shard>]>,
+    ext: Option<Arc<Ext>>,
+    recache_counter: AtomicU64,
     shard_shift: u32,
     hasher: hashbrown::DefaultHashBuilder,
     next_cas: AtomicU64,
@@ -163,7 +236,13 @@ pub struct Store {
 
 impl Store {
     /// A store holding at most `limit` bytes, for items up to `max_item` bytes.
+    #[cfg(test)]
     pub fn new(limit: usize, max_item: usize) -> Self {
+        Self::with_ext(limit, max_item, None)
+    }
+
+    /// The same with a flash tier for values evicted from RAM.
+    pub fn with_ext(limit: usize, max_item: usize, ext: Option<Arc<Ext>>) -> Self {
         // Enough shards for concurrency, few enough that each can hold a few max-size items.
         let want = (limit / (2 * max_item.max(1))).clamp(1, 256);
         let n = if want.is_power_of_two() {
@@ -174,8 +253,8 @@ impl Store {
         let shards = (0..n)
             .map(|_| {
                 Mutex::new(Shard {
-                    head: NIL,
-                    tail: NIL,
+                    heads: [NIL; 2],
+                    tails: [NIL; 2],
                     ..Default::default()
                 })
             })
@@ -186,6 +265,8 @@ impl Store {
             .unwrap_or(0);
         Store {
             shards,
+            ext,
+            recache_counter: AtomicU64::new(0),
             shard_shift: 64 - n.trailing_zeros(),
             hasher: Default::default(),
             next_cas: AtomicU64::new(1),
@@ -199,6 +280,19 @@ impl Store {
 
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// The flash tier, if one runs.
+    pub fn ext(&self) -> Option<&Arc<Ext>> {
+        self.ext.as_ref()
+    }
+
+    /// Runs the flash tier's maintainer (writes, compaction) until `stop`; returns at once
+    /// without a flash tier.
+    pub fn run_ext_maintainer(&self, stop: &AtomicBool) {
+        if let Some(e) = &self.ext {
+            e.maintain(self, stop);
+        }
     }
 
     /// Current relative time in seconds.
@@ -248,7 +342,7 @@ impl Store {
     }
 
     fn live(&self, item: &[u8], now: u32) -> bool {
-        let it = ItemRef(item);
+        let it = ItemRef::ram(item);
         let exp = it.exptime();
         if exp != 0 && exp <= now {
             return false;
@@ -263,18 +357,30 @@ impl Store {
         true
     }
 
+    /// A flash item whose page was reclaimed since: its value is gone.
+    fn stale(&self, item: &[u8]) -> bool {
+        is_flash(item) && self.ext.as_ref().is_none_or(|e| !e.valid(&ptr_of(item)))
+    }
+
     /// Looks `key` up; expired or flushed items are removed. Returns the slot index.
     fn find(&self, sh: &mut Shard, h: u64, key: &[u8], now: u32) -> Option<u32> {
         let slots = &sh.slots;
         let idx = *sh.table.find(h, |&i| {
-            ItemRef(slots[i as usize].item.as_deref().unwrap()).key() == key
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
         })?;
-        if self.live(sh.slots[idx as usize].item.as_deref().unwrap(), now) {
-            Some(idx)
-        } else {
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        if !self.live(item, now) {
             sh.reclaimed += 1;
             self.unlink(sh, h, idx);
             None
+        } else if self.stale(item) {
+            if let Some(e) = &self.ext {
+                e.stats.miss_from_extstore.fetch_add(1, Ordering::Relaxed);
+            }
+            self.unlink(sh, h, idx);
+            None
+        } else {
+            Some(idx)
         }
     }
 
@@ -284,18 +390,29 @@ impl Store {
         }
         lru_remove(sh, idx);
         let item = sh.slots[idx as usize].item.take().unwrap();
-        sh.bytes -= ItemRef(&item).size();
+        self.release(&item);
+        sh.bytes -= ItemRef::ram(&item).size();
         sh.items -= 1;
         sh.free.push(idx);
     }
 
+    /// A flash item leaves RAM: its bytes on flash are dead.
+    fn release(&self, item: &[u8]) {
+        if is_flash(item) {
+            if let Some(e) = &self.ext {
+                e.release(&ptr_of(item), item[OFF_KLEN] as usize);
+            }
+        }
+    }
+
     /// Inserts a new item, replacing `old` if given; evicts from the LRU tail to stay in budget.
     fn insert(&self, sh: &mut Shard, h: u64, old: Option<u32>, item: Box<[u8]>) {
-        let size = ItemRef(&item).size();
+        let size = ItemRef::ram(&item).size();
         if let Some(o) = old {
-            let prev = sh.slots[o as usize].item.replace(item).unwrap();
-            sh.bytes = sh.bytes - ItemRef(&prev).size() + size;
             lru_remove(sh, o);
+            let prev = sh.slots[o as usize].item.replace(item).unwrap();
+            self.release(&prev);
+            sh.bytes = sh.bytes - ItemRef::ram(&prev).size() + size;
             lru_push_front(sh, o);
         } else {
             let idx = match sh.free.pop() {
@@ -314,25 +431,152 @@ impl Store {
             };
             let slots = &sh.slots;
             sh.table.insert_unique(h, idx, |&i| {
-                self.hash(ItemRef(slots[i as usize].item.as_deref().unwrap()).key())
+                self.hash(key_of(slots[i as usize].item.as_deref().unwrap()))
             });
             lru_push_front(sh, idx);
             sh.bytes += size;
             sh.items += 1;
         }
         sh.total_items += 1;
-        let newest = sh.head;
-        while sh.bytes > self.shard_limit && sh.tail != NIL && sh.tail != newest {
-            let t = sh.tail;
-            let th = self.hash(ItemRef(sh.slots[t as usize].item.as_deref().unwrap()).key());
-            let now = self.now();
-            if self.live(sh.slots[t as usize].item.as_deref().unwrap(), now) {
-                sh.evictions += 1;
-            } else {
-                sh.reclaimed += 1;
+        self.make_room(sh);
+    }
+
+    /// Evicts from the LRU tails until the shard is within its budget: values large enough
+    /// move to flash (their item stays, smaller), others are dropped; items whose value is on
+    /// flash are dropped only when no other value is left in RAM. Never the newest item.
+    fn make_room(&self, sh: &mut Shard) {
+        let newest = sh.heads[RAM];
+        let now = self.now();
+        loop {
+            if sh.bytes <= self.shard_limit {
+                // Within budget: only values stored long enough ago go (ext_item_age).
+                let Some(e) = self.ext.as_ref().filter(|e| e.cfg.item_age != u32::MAX) else {
+                    break;
+                };
+                let t = sh.tails[RAM];
+                if t == NIL || t == newest {
+                    break;
+                }
+                let item = sh.slots[t as usize].item.as_deref().unwrap();
+                if !self.live(item, now) {
+                    let th = self.hash(key_of(item));
+                    sh.reclaimed += 1;
+                    self.unlink(sh, th, t);
+                    continue;
+                }
+                if now.saturating_sub(ItemRef::ram(item).time()) < e.cfg.item_age
+                    || !self.to_flash(sh, t, e)
+                {
+                    break;
+                }
+                continue;
             }
-            self.unlink(sh, th, t);
+            let ft = sh.tails[FLASH];
+            if ft != NIL && self.stale(sh.slots[ft as usize].item.as_deref().unwrap()) {
+                let th = self.hash(key_of(sh.slots[ft as usize].item.as_deref().unwrap()));
+                sh.reclaimed += 1;
+                self.unlink(sh, th, ft);
+                continue;
+            }
+            let t = sh.tails[RAM];
+            let victim = if t != NIL && t != newest {
+                let item = sh.slots[t as usize].item.as_deref().unwrap();
+                let th = self.hash(key_of(item));
+                if !self.live(item, now) {
+                    sh.reclaimed += 1;
+                    self.unlink(sh, th, t);
+                    continue;
+                }
+                if let Some(e) = &self.ext {
+                    if self.to_flash(sh, t, e) {
+                        continue;
+                    }
+                }
+                t
+            } else if ft != NIL {
+                ft
+            } else {
+                break;
+            };
+            let th = self.hash(key_of(sh.slots[victim as usize].item.as_deref().unwrap()));
+            sh.evictions += 1;
+            self.unlink(sh, th, victim);
         }
+    }
+
+    /// Moves the value of the RAM item at `t` to flash; false if it cannot go.
+    fn to_flash(&self, sh: &mut Shard, t: u32, e: &Ext) -> bool {
+        let item = sh.slots[t as usize].item.as_deref().unwrap();
+        let it = ItemRef::ram(item);
+        let Some(p) = e.append(self.hash(it.key()), it.key(), it.cas(), it.value()) else {
+            return false;
+        };
+        let small = flash_item(item, &p);
+        let freed = item.len() - small.len();
+        lru_remove(sh, t);
+        sh.slots[t as usize].item = Some(small);
+        sh.bytes -= freed;
+        lru_push_front(sh, t);
+        true
+    }
+
+    /// Calls `f` with the item at `idx`, its flash value attached when at hand. With `fetch`,
+    /// a flash value at hand marks the item as read (and may bring it back to RAM).
+    fn view<R>(
+        &self,
+        sh: &mut Shard,
+        h: u64,
+        idx: u32,
+        fetch: bool,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> R {
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        let Some(e) = self.ext.as_ref().filter(|_| is_flash(item)) else {
+            return f(ItemRef::ram(item));
+        };
+        let p = ptr_of(item);
+        io::with_value(e, &p, |v| {
+            let Some(v) = v else {
+                return f(ItemRef::ram(
+                    sh.slots[idx as usize].item.as_deref().unwrap(),
+                ));
+            };
+            if fetch {
+                let item = sh.slots[idx as usize].item.as_deref_mut().unwrap();
+                let again = item[OFF_KIND] & K_FETCHED != 0;
+                item[OFF_KIND] |= K_FETCHED;
+                let rate = u64::from(e.cfg.recache_rate);
+                if again
+                    && rate > 0
+                    && self
+                        .recache_counter
+                        .fetch_add(1, Ordering::Relaxed)
+                        .is_multiple_of(rate)
+                {
+                    // Read again from flash: bring the value back to RAM.
+                    let it = ItemRef::ram(item);
+                    let ram = make_item(
+                        it.key(),
+                        it.flags(),
+                        it.exptime(),
+                        it.time(),
+                        it.cas(),
+                        &[v],
+                    );
+                    self.insert(sh, h, Some(idx), ram);
+                    e.stats
+                        .recache_from_extstore
+                        .fetch_add(1, Ordering::Relaxed);
+                    return f(ItemRef::ram(
+                        sh.slots[idx as usize].item.as_deref().unwrap(),
+                    ));
+                }
+            }
+            f(ItemRef {
+                item: sh.slots[idx as usize].item.as_deref().unwrap(),
+                val: Some(v),
+            })
+        })
     }
 
     /// Calls `f` with the item for `key` if present and live; bumps it in the LRU. If `touch` is
@@ -355,11 +599,9 @@ impl Store {
                 exp,
             );
         }
-        if sh.head != idx {
-            lru_remove(&mut sh, idx);
-            lru_push_front(&mut sh, idx);
-        }
-        Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
+        lru_remove(&mut sh, idx);
+        lru_push_front(&mut sh, idx);
+        Some(self.view(&mut sh, h, idx, true, f))
     }
 
     /// Like [`Store::get`] but without LRU bump (for `me`).
@@ -368,7 +610,7 @@ impl Store {
         let now = self.now();
         let mut sh = self.shard(h);
         let idx = self.find(&mut sh, h, key, now)?;
-        Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
+        Some(self.view(&mut sh, h, idx, false, f))
     }
 
     /// Stores `data` under `key` according to `mode`. `exptime` is the protocol value.
@@ -396,19 +638,29 @@ impl Store {
             (Mode::Replace | Mode::Append | Mode::Prepend, None) => return StoreResult::NotStored,
             (Mode::Cas(_), None) => return StoreResult::NotFound,
             (Mode::Cas(c), Some(o)) => {
-                if ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).cas() != c {
+                if ItemRef::ram(sh.slots[o as usize].item.as_deref().unwrap()).cas() != c {
                     return StoreResult::Exists;
                 }
                 make_item(key, flags, exp, now, cas, &[data])
             }
             (Mode::Append | Mode::Prepend, Some(o)) => {
-                let it = ItemRef(sh.slots[o as usize].item.as_deref().unwrap());
-                let parts: [&[u8]; 2] = if mode == Mode::Append {
-                    [it.value(), data]
-                } else {
-                    [data, it.value()]
-                };
-                make_item(key, it.flags(), it.exptime(), now, cas, &parts)
+                let item = self.view(&mut sh, h, o, false, |it| {
+                    let old = it.value();
+                    if io::pending_needs() {
+                        // The old value is on flash: nothing changes until it was read.
+                        return None;
+                    }
+                    let parts: [&[u8]; 2] = if mode == Mode::Append {
+                        [old, data]
+                    } else {
+                        [data, old]
+                    };
+                    Some(make_item(key, it.flags(), it.exptime(), now, cas, &parts))
+                });
+                match item {
+                    Some(i) => i,
+                    None => return StoreResult::NotStored,
+                }
             }
             _ => make_item(key, flags, exp, now, cas, &[data]),
         };
@@ -426,7 +678,7 @@ impl Store {
             return Ok(false);
         };
         if let Some(c) = cas {
-            if ItemRef(sh.slots[idx as usize].item.as_deref().unwrap()).cas() != c {
+            if ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap()).cas() != c {
                 return Err(());
             }
         }
@@ -448,11 +700,14 @@ impl Store {
         let Some(idx) = self.find(&mut sh, h, key, now) else {
             return DeltaResult::NotFound;
         };
-        let it = ItemRef(sh.slots[idx as usize].item.as_deref().unwrap());
+        let it = ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap());
         if let Some(c) = cas {
             if it.cas() != c {
                 return DeltaResult::Exists;
             }
+        }
+        if it.on_flash() {
+            return self.delta_flash(&mut sh, h, idx, incr, delta);
         }
         let Some(cur) = parse_counter(it.value()) else {
             return DeltaResult::NonNumeric;
@@ -486,6 +741,73 @@ impl Store {
             self.insert(&mut sh, h, Some(idx), item);
         }
         DeltaResult::Ok(new, newcas)
+    }
+
+    /// incr/decr of an item whose value is on flash: the same result as in RAM (a shorter
+    /// number padded with spaces to the old length), as a new item in RAM.
+    fn delta_flash(&self, sh: &mut Shard, h: u64, idx: u32, incr: bool, delta: u64) -> DeltaResult {
+        let r = self.view(sh, h, idx, false, |it| {
+            let v = it.value();
+            if io::pending_needs() {
+                return None;
+            }
+            let Some(cur) = parse_counter(v) else {
+                return Some(Err(()));
+            };
+            let new = if incr {
+                cur.wrapping_add(delta)
+            } else {
+                cur.saturating_sub(delta)
+            };
+            let mut digits = new.to_string().into_bytes();
+            if digits.len() < v.len() {
+                digits.resize(v.len(), b' ');
+            }
+            Some(Ok((new, digits, it.flags(), it.exptime(), it.time())))
+        });
+        match r {
+            // Not read yet: the attempt is executed again (the answer is discarded).
+            None => DeltaResult::NotFound,
+            Some(Err(())) => DeltaResult::NonNumeric,
+            Some(Ok((new, digits, flags, exp, time))) => {
+                let newcas = self.next_cas();
+                let key = key_of(sh.slots[idx as usize].item.as_deref().unwrap()).to_vec();
+                let item = make_item(&key, flags, exp, time, newcas, &[&digits]);
+                self.insert(sh, h, Some(idx), item);
+                DeltaResult::Ok(new, newcas)
+            }
+        }
+    }
+
+    /// Where the value of `key` is on flash, and its CAS: None if it is absent, expired, in
+    /// RAM, or its page was reclaimed. Changes nothing (no LRU bump, no reclaim).
+    pub fn flash_ref(&self, key: &[u8]) -> Option<(Ptr, u64)> {
+        let h = self.hash(key);
+        let now = self.now();
+        let sh = self.shard(h);
+        let slots = &sh.slots;
+        let &idx = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        })?;
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        (is_flash(item) && self.live(item, now) && !self.stale(item))
+            .then(|| (ptr_of(item), ItemRef::ram(item).cas()))
+    }
+
+    /// Drops `key` if its value is still the one at `p` on flash (a failed read).
+    pub fn drop_flash(&self, key: &[u8], p: &Ptr) {
+        let h = self.hash(key);
+        let mut sh = self.shard(h);
+        let slots = &sh.slots;
+        let Some(&idx) = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        }) else {
+            return;
+        };
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        if is_flash(item) && ptr_of(item) == *p {
+            self.unlink(&mut sh, h, idx);
+        }
     }
 
     /// `flush_all [delay]`.
@@ -530,20 +852,57 @@ fn parse_counter(v: &[u8]) -> Option<u64> {
     Some(n)
 }
 
+impl ext::Rescuer for Store {
+    fn rescue(&self, _khash: u64, key: &[u8], old: &Ptr, value: &[u8]) -> Rescue {
+        let Some(e) = &self.ext else {
+            return Rescue::Skipped;
+        };
+        let h = self.hash(key);
+        let now = self.now();
+        let mut sh = self.shard(h);
+        let slots = &sh.slots;
+        let Some(&idx) = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        }) else {
+            return Rescue::Skipped;
+        };
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        if !is_flash(item)
+            || ptr_of(item) != *old
+            || item[OFF_KIND] & K_FETCHED == 0
+            || !self.live(item, now)
+        {
+            return Rescue::Skipped;
+        }
+        let cas = ItemRef::ram(item).cas();
+        let Some(p) = e.append(h, key, cas, value) else {
+            return Rescue::NoRoom;
+        };
+        let item = sh.slots[idx as usize].item.as_deref_mut().unwrap();
+        let k = item[OFF_KLEN] as usize;
+        item[HDR + k..HDR + k + Ptr::LEN].copy_from_slice(&p.encode());
+        // Read again before the next round, or it goes with its page.
+        item[OFF_KIND] &= !K_FETCHED;
+        e.release(old, k);
+        Rescue::Moved
+    }
+}
+
 fn lru_remove(sh: &mut Shard, idx: u32) {
+    let l = list_of(sh.slots[idx as usize].item.as_deref().unwrap());
     let (p, n) = {
         let s = &sh.slots[idx as usize];
         (s.prev, s.next)
     };
     if p != NIL {
         sh.slots[p as usize].next = n;
-    } else if sh.head == idx {
-        sh.head = n;
+    } else if sh.heads[l] == idx {
+        sh.heads[l] = n;
     }
     if n != NIL {
         sh.slots[n as usize].prev = p;
-    } else if sh.tail == idx {
-        sh.tail = p;
+    } else if sh.tails[l] == idx {
+        sh.tails[l] = p;
     }
     let s = &mut sh.slots[idx as usize];
     s.prev = NIL;
@@ -551,7 +910,8 @@ fn lru_remove(sh: &mut Shard, idx: u32) {
 }
 
 fn lru_push_front(sh: &mut Shard, idx: u32) {
-    let old = sh.head;
+    let l = list_of(sh.slots[idx as usize].item.as_deref().unwrap());
+    let old = sh.heads[l];
     {
         let s = &mut sh.slots[idx as usize];
         s.prev = NIL;
@@ -560,9 +920,9 @@ fn lru_push_front(sh: &mut Shard, idx: u32) {
     if old != NIL {
         sh.slots[old as usize].prev = idx;
     } else {
-        sh.tail = idx;
+        sh.tails[l] = idx;
     }
-    sh.head = idx;
+    sh.heads[l] = idx;
 }
 
 #[cfg(test)]
