@@ -10,8 +10,10 @@ pub mod pins;
 pub mod skel;
 pub mod stats;
 pub mod sys;
+pub mod tc;
+pub mod xdp;
 
-pub use attach::{attach, detach, AttachOpts, XdpMode};
+pub use attach::{attach, detach, AttachOpts, TcMode, XdpAttach, XdpMode};
 pub use error::Error;
 pub use layout::Layout;
 pub use pins::AttachInfo;

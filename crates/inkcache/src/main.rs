@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use ipnet::IpNet;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use inkcache::{pins, sys, AttachOpts, Stats, XdpMode};
+use inkcache::{pins, sys, AttachOpts, Stats, TcMode, XdpAttach, XdpMode};
 
 #[derive(Parser)]
 #[command(
@@ -44,6 +44,17 @@ enum Cmd {
         item_bytes: u32,
         #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
         xdp_mode: XdpMode,
+        /// Alone on the interface, or through a libxdp dispatcher shared with other XDP
+        /// programs (what xdp-loader does; auto: when the kernel loads freplace programs).
+        #[arg(long, value_enum, default_value_t = XdpAttach::Auto)]
+        xdp_attach: XdpAttach,
+        /// Run priority in an XDP dispatcher (lower runs first; xdp-filter uses 10).
+        #[arg(long, default_value_t = inkcache::xdp::DEFAULT_PRIORITY)]
+        xdp_priority: u32,
+        /// TC programs as tcx links (Linux 6.6+) or clsact filters (auto: tcx where the kernel
+        /// has it).
+        #[arg(long, value_enum, default_value_t = TcMode::Auto)]
+        tc_mode: TcMode,
         /// Seconds an item filled from a reply may be served (0 disables the kernel cache).
         #[arg(long, default_value_t = 60)]
         max_age: u64,
@@ -167,6 +178,9 @@ fn run(cli: Cli) -> Result<()> {
             cache_mb,
             item_bytes,
             xdp_mode,
+            xdp_attach,
+            xdp_priority,
+            tc_mode,
             max_age,
             pending,
             quarantine_ms,
@@ -185,6 +199,9 @@ fn run(cli: Cli) -> Result<()> {
                 cache_mb,
                 item_bytes,
                 xdp_mode,
+                xdp_attach,
+                xdp_priority,
+                tc_mode,
                 max_age_secs: max_age,
                 pending_entries: pending,
                 quarantine_ms,
@@ -320,36 +337,8 @@ fn status(json: bool) -> Result<()> {
             }
             continue;
         };
-        let xdp_attached = if sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
-            libbpf_rs::Program::fd_from_pinned_path(dir.join("xdp"))
-                .and_then(|fd| {
-                    libbpf_rs::Xdp::new(std::os::fd::AsFd::as_fd(&fd))
-                        .query(info.ifindex as i32, libbpf_rs::XdpFlags::NONE)
-                })
-                .map(|q| [q.prog_id, q.drv_prog_id, q.skb_prog_id].contains(&info.xdp_prog_id))
-                .unwrap_or(false)
-        } else {
-            false
-        };
-        let tc_attached = |pin: &str, at, prog_id: u32| -> bool {
-            if prog_id == 0 || sys::ifindex(&info.iface).ok() != Some(info.ifindex) {
-                return false;
-            }
-            let Ok(fd) = libbpf_rs::Program::fd_from_pinned_path(dir.join(pin)) else {
-                return false;
-            };
-            libbpf_rs::TcHookBuilder::new(std::os::fd::AsFd::as_fd(&fd))
-                .ifindex(info.ifindex as i32)
-                .handle(info.tc_handle)
-                .priority(info.tc_priority)
-                .hook(at)
-                .query()
-                .ok()
-                == Some(prog_id)
-        };
-        let tc_egress_attached = tc_attached("tc_egress", libbpf_rs::TC_EGRESS, info.tc_prog_id);
-        let tc_ingress_attached =
-            tc_attached("tc_ingress", libbpf_rs::TC_INGRESS, info.tc_ingress_prog_id);
+        let (xdp_attached, tc_egress_attached, tc_ingress_attached) =
+            inkcache::attach::attached(&info, &dir);
         let total = info.layout.total_bytes();
         rows.push(StatusRow {
             tc_egress_attached,
@@ -381,11 +370,19 @@ fn status(json: bool) -> Result<()> {
             }
         );
         let missing = |ok: bool| if ok { "" } else { " (NOT ATTACHED)" };
+        let xdp_how = if i.xdp_attach == "dispatcher" {
+            format!("in an XDP dispatcher (priority {})", i.xdp_priority)
+        } else {
+            "alone".to_string()
+        };
+        let tc_how = if i.tc_mode == "tcx" {
+            "tcx links".to_string()
+        } else {
+            format!("clsact filters {:#x}/{:#x}", i.tc_handle, i.tc_priority)
+        };
         println!(
-            "  mode        {} XDP, TC filters {:#x}/{:#x}: egress{}, ingress{}",
+            "  mode        {} XDP {xdp_how}, TC {tc_how}: egress{}, ingress{}",
             i.xdp_mode,
-            i.tc_handle,
-            i.tc_priority,
             missing(r.tc_egress_attached),
             missing(r.tc_ingress_attached),
         );

@@ -44,6 +44,16 @@ pub struct AttachInfo {
     /// Handle and priority of both TC filters (clsact egress and ingress).
     pub tc_handle: u32,
     pub tc_priority: u32,
+    /// How the XDP program is attached: "single" (alone) or "dispatcher" (a libxdp dispatcher,
+    /// shared with other programs).
+    #[serde(default = "single")]
+    pub xdp_attach: String,
+    /// Run priority in the dispatcher (0 when alone).
+    #[serde(default)]
+    pub xdp_priority: u32,
+    /// How the TC programs are attached: "tcx" (links) or "clsact" (filters).
+    #[serde(default = "clsact")]
+    pub tc_mode: String,
     pub ports: Vec<u16>,
     pub allow: Vec<String>,
     /// Sources outside `allow` get kernel replies of at most this many times their request (0:
@@ -64,6 +74,14 @@ pub struct AttachInfo {
     pub settle_max_secs: u64,
     /// Interfaces attached by the same command: they share the cache and the counters.
     pub group: Vec<String>,
+}
+
+fn single() -> String {
+    "single".into()
+}
+
+fn clsact() -> String {
+    "clsact".into()
 }
 
 pub fn root() -> PathBuf {
