@@ -251,3 +251,24 @@ pub fn detach(
     }
     Ok(())
 }
+
+/// The ids of the programs on the interface's tcx `d` hook, in run order (empty without tcx).
+pub fn tcx_programs(ifindex: u32, d: Dir) -> Result<Vec<u32>> {
+    let mut ids = vec![0u32; 64];
+    let mut opts = libbpf_sys::bpf_prog_query_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_prog_query_opts>() as _,
+        prog_ids: ids.as_mut_ptr(),
+        ..Default::default()
+    };
+    opts.__bindgen_anon_1.count = ids.len() as u32;
+    // SAFETY: `opts` is valid and sized; the kernel writes at most `count` ids into `ids`, which
+    // outlives the call.
+    let r = unsafe { libbpf_sys::bpf_prog_query_opts(ifindex as i32, d.tcx_type(), &mut opts) };
+    if r != 0 {
+        return Err(errno(r)).context("querying tcx programs");
+    }
+    // SAFETY: the kernel set `count` (a plain u32) to the number of ids written.
+    let n = unsafe { opts.__bindgen_anon_1.count } as usize;
+    ids.truncate(n.min(64));
+    Ok(ids)
+}
