@@ -109,7 +109,8 @@ fetch_kernel() {
     local job=$1 suite="" pkg=$1 opts="" deb dir
     case $job in *:*) suite=${job%%:*}; pkg=${job#*:}; opts=$(suite_apt "$suite");; esac
     dir=$CACHE/k/$pkg
-    if [ ! -d "$dir/boot" ]; then
+    if [ ! -e "$dir/.unpacked" ]; then
+        rm -rf "$dir"
         # the -unsigned package holds the same image; take it when it exists (it has no deps on
         # the signing templates), else the plain one
         local p
@@ -133,6 +134,7 @@ fetch_kernel() {
             done
         fi
         mv "$dir.tmp" "$dir"
+        touch "$dir/.unpacked"
     fi
     echo "$dir"
 }

@@ -42,19 +42,28 @@ fn xdp_tool(name: &str) -> Option<&str> {
 }
 
 /// Runs an xdp-tools command in the rig's server namespace (nsenter keeps the BPF filesystem,
-/// which `ip netns exec` hides) and returns its stdout.
+/// which `ip netns exec` hides) and returns its stdout. xdp-tools take a lock file of their own
+/// and fail rather than wait when it is held: one at a time here, and again while another
+/// process holds it.
 fn xdp_tools(rig: &Rig, args: &[&str]) -> String {
-    let out = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", rig.pair.server.name))
-        .args(args)
-        .output()
-        .expect("running an xdp-tools command");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut tries = 0;
+    loop {
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", rig.pair.server.name))
+            .args(args)
+            .output()
+            .expect("running an xdp-tools command");
+        let err = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && err.contains("lockfile") && tries < 50 {
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            continue;
+        }
+        assert!(out.status.success(), "{args:?}: {err}");
+        return String::from_utf8_lossy(&out.stdout).into_owned();
+    }
 }
 
 fn tc_show(rig: &Rig, dir: &str) -> String {
