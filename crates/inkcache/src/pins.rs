@@ -49,6 +49,16 @@ pub struct AttachInfo {
     /// Handle and priority of both TC filters (clsact egress and ingress).
     pub tc_handle: u32,
     pub tc_priority: u32,
+    /// How the XDP program is attached: "single" (alone) or "dispatcher" (a libxdp dispatcher,
+    /// shared with other programs).
+    #[serde(default = "single")]
+    pub xdp_attach: String,
+    /// Run priority in the dispatcher (0 when alone).
+    #[serde(default)]
+    pub xdp_priority: u32,
+    /// How the TC programs are attached: "tcx" (links) or "clsact" (filters).
+    #[serde(default = "clsact")]
+    pub tc_mode: String,
     pub ports: Vec<u16>,
     pub allow: Vec<String>,
     /// Sources outside `allow` get kernel replies of at most this many times their request (0:
@@ -77,6 +87,14 @@ pub fn in_this_netns(info: &AttachInfo) -> bool {
         Some(here) if info.netns_cookie != 0 => info.netns_cookie == here,
         _ => info.netns == sys::netns_name() && sys::in_named_netns(),
     }
+}
+
+fn single() -> String {
+    "single".into()
+}
+
+fn clsact() -> String {
+    "clsact".into()
 }
 
 pub fn root() -> PathBuf {

@@ -20,3 +20,7 @@ pub mod echo {
 pub mod pass {
     include!(concat!(env!("OUT_DIR"), "/inkcache_pass.skel.rs"));
 }
+/// The libxdp-format XDP dispatcher (`bpf/inkcache_dispatcher.bpf.c`).
+pub mod dispatcher {
+    include!(concat!(env!("OUT_DIR"), "/inkcache_dispatcher.skel.rs"));
+}

@@ -1,11 +1,8 @@
 //! What is attached where (`inkcache status`), and how full each cache is.
-use std::{
-    os::fd::AsFd,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, Program, TcHookBuilder, Xdp, XdpFlags};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use serde::Serialize;
 
 use crate::{pins, sys, AttachInfo};
@@ -89,39 +86,6 @@ pub fn fill(dir: &Path, layout: &crate::Layout) -> Result<Fill> {
     Ok(f)
 }
 
-/// Whether the programs recorded in `info` are still the ones on its interface: (XDP, TC egress,
-/// TC ingress). Must run in the attachment's network namespace.
-fn attached(info: &AttachInfo, dir: &Path) -> (bool, bool, bool) {
-    if sys::ifindex(&info.iface).ok() != Some(info.ifindex) {
-        return (false, false, false);
-    }
-    let xdp = Program::fd_from_pinned_path(dir.join("xdp"))
-        .and_then(|fd| Xdp::new(fd.as_fd()).query(info.ifindex as i32, XdpFlags::NONE))
-        .map(|q| [q.prog_id, q.drv_prog_id, q.skb_prog_id].contains(&info.xdp_prog_id))
-        .unwrap_or(false);
-    let tc = |pin: &str, at, prog_id: u32| -> bool {
-        if prog_id == 0 {
-            return false;
-        }
-        let Ok(fd) = Program::fd_from_pinned_path(dir.join(pin)) else {
-            return false;
-        };
-        TcHookBuilder::new(fd.as_fd())
-            .ifindex(info.ifindex as i32)
-            .handle(info.tc_handle)
-            .priority(info.tc_priority)
-            .hook(at)
-            .query()
-            .ok()
-            == Some(prog_id)
-    };
-    (
-        xdp,
-        tc("tc_egress", libbpf_rs::TC_EGRESS, info.tc_prog_id),
-        tc("tc_ingress", libbpf_rs::TC_INGRESS, info.tc_ingress_prog_id),
-    )
-}
-
 /// Every readable attachment record under the pin root, with its directory. Directories another
 /// inkcache is creating or removing right now (no readable record) are reported on stderr.
 pub fn records() -> Result<Vec<(PathBuf, AttachInfo)>> {
@@ -151,7 +115,7 @@ pub fn rows(all_netns: bool) -> Result<Vec<StatusRow>> {
         if !here && !all_netns {
             continue;
         }
-        let check = || pins::in_this_netns(&info).then(|| attached(&info, &dir));
+        let check = || pins::in_this_netns(&info).then(|| crate::attach::attached(&info, &dir));
         let seen = if here {
             check()
         } else {
