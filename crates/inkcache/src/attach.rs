@@ -69,10 +69,15 @@ pub struct AttachOpts {
     /// followed) keeps its key from being filled (the server's time to apply a write).
     #[arg(long, default_value_t = 1000)]
     pub quarantine_ms: u64,
-    /// TCP connections followed from their SYN, so that each write is settled by the server's
-    /// answer to it (bounds the `conns` map, ~1 KiB each).
+    /// TCP connections followed from their first byte, so that each write is settled by the
+    /// server's answer to it (bounds the `conns` map, ~1 KiB each).
     #[arg(long, default_value_t = 4096)]
     pub max_conns: u32,
+    /// Connections to the server whose bytes can be walked at all (those beyond --max-conns
+    /// byte run by byte run): set it above memcached's -c. While more are open the kernel
+    /// answers and fills nothing (counted conn_blind).
+    #[arg(long, default_value_t = 65536)]
+    pub max_sockets: u32,
     /// Seconds after which a write the server has still not answered stops blocking fills.
     #[arg(long = "settle-max", default_value_t = 60)]
     pub settle_max_secs: u64,
@@ -254,21 +259,25 @@ fn random_seed() -> Result<u64> {
     Ok(u64::from_ne_bytes(b))
 }
 
-/// Storage for the four objects of an attachment (the skeletons borrow it while they live).
+/// Storage for the objects of an attachment (the skeletons borrow it while they live).
 pub struct ObjStorage {
     xdp: MaybeUninit<OpenObject>,
-    tc: MaybeUninit<OpenObject>,
     tc_ingress: MaybeUninit<OpenObject>,
+    requests: MaybeUninit<OpenObject>,
+    answers: MaybeUninit<OpenObject>,
     sock: MaybeUninit<OpenObject>,
+    iter: MaybeUninit<OpenObject>,
 }
 
 impl Default for ObjStorage {
     fn default() -> Self {
         ObjStorage {
             xdp: MaybeUninit::uninit(),
-            tc: MaybeUninit::uninit(),
             tc_ingress: MaybeUninit::uninit(),
+            requests: MaybeUninit::uninit(),
+            answers: MaybeUninit::uninit(),
             sock: MaybeUninit::uninit(),
+            iter: MaybeUninit::uninit(),
         }
     }
 }
@@ -278,9 +287,11 @@ impl Default for ObjStorage {
 /// run them on crafted packets (`BPF_PROG_TEST_RUN`).
 pub struct Loaded<'obj> {
     pub xdp: skel::xdp::InkcacheXdpSkel<'obj>,
-    pub tc_egress: skel::tc::InkcacheTcSkel<'obj>,
     pub tc_ingress: skel::tc_ingress::InkcacheTcIngressSkel<'obj>,
+    pub requests: skel::requests::InkcacheRequestsSkel<'obj>,
+    pub answers: skel::answers::InkcacheAnswersSkel<'obj>,
     pub sock: skel::sock::InkcacheSockSkel<'obj>,
+    pub iter: skel::iter::InkcacheIterSkel<'obj>,
     pub layout: Layout,
 }
 
@@ -304,6 +315,7 @@ fn load_as<'obj>(
 ) -> Result<Loaded<'obj>> {
     let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
     let seed = opts.hash_seed.map_or_else(random_seed, Ok)?;
+    let netns_cookie = sys::netns_cookie().unwrap_or(0);
     // Every object compiles bpf/config.h (each has its own generated rodata type, hence a macro).
     macro_rules! set_config {
         ($open:ident, $what:literal) => {{
@@ -322,6 +334,7 @@ fn load_as<'obj>(
             ro.max_amplification = opts.max_amplification;
             ro.no_split = opts.debug_no_split as u32;
             ro.hash_seed = seed;
+            ro.netns_cookie = netns_cookie;
         }};
     }
 
@@ -335,6 +348,8 @@ fn load_as<'obj>(
     m.ttl_hints.set_max_entries(opts.ttl_hints.max(1024))?;
     m.pending.set_max_entries(opts.pending_entries.max(1024))?;
     m.conns.set_max_entries(opts.max_conns.max(16))?;
+    m.conn_socks
+        .set_max_entries(opts.max_sockets.max(opts.max_conns).max(16))?;
     m.udp_writes
         .set_max_entries(opts.pending_entries.max(1024))?;
     if let Some((disp, func)) = ext {
@@ -345,32 +360,44 @@ fn load_as<'obj>(
     }
     let xdp = xopen.load().map_err(|e| load_err("XDP", e))?;
 
-    let mut topen = skel::tc::InkcacheTcSkelBuilder::default()
-        .open(&mut st.tc)
-        .context("opening the TC object")?;
-    set_config!(topen, "TC");
-    share_maps(xdp.object(), topen.open_object_mut(), &[])?;
-    let tc_egress = topen.load().map_err(|e| load_err("TC", e))?;
-
-    let mut iopen = skel::tc_ingress::InkcacheTcIngressSkelBuilder::default()
-        .open(&mut st.tc_ingress)
-        .context("opening the TC ingress object")?;
-    set_config!(iopen, "TC ingress");
-    share_maps(xdp.object(), iopen.open_object_mut(), &[])?;
-    let tc_ingress = iopen.load().map_err(|e| load_err("TC ingress", e))?;
-
-    let mut sopen = skel::sock::InkcacheSockSkelBuilder::default()
-        .open(&mut st.sock)
-        .context("opening the socket-hook object")?;
-    set_config!(sopen, "socket-hook");
-    sopen
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .context("socket-hook object has no rodata")?
-        .netns_cookie = sys::netns_cookie().unwrap_or(0);
-    share_maps(xdp.object(), sopen.open_object_mut(), &["server_socks"])?;
-    let sock = sopen.load().map_err(|e| load_err("socket-hook", e))?;
+    // the other objects work on the XDP object's maps (one cache), each with its own scratch
+    macro_rules! load_shared {
+        ($builder:ty, $store:expr, $what:literal) => {{
+            let mut open = <$builder>::default().open($store).context(concat!(
+                "opening the ",
+                $what,
+                " object"
+            ))?;
+            set_config!(open, $what);
+            share_maps(xdp.object(), open.open_object_mut(), &[])?;
+            open.load().map_err(|e| load_err($what, e))?
+        }};
+    }
+    let tc_ingress = load_shared!(
+        skel::tc_ingress::InkcacheTcIngressSkelBuilder,
+        &mut st.tc_ingress,
+        "TC ingress"
+    );
+    let requests = load_shared!(
+        skel::requests::InkcacheRequestsSkelBuilder,
+        &mut st.requests,
+        "requests"
+    );
+    let answers = load_shared!(
+        skel::answers::InkcacheAnswersSkelBuilder,
+        &mut st.answers,
+        "answers"
+    );
+    let sock = load_shared!(
+        skel::sock::InkcacheSockSkelBuilder,
+        &mut st.sock,
+        "socket-hook"
+    );
+    let iter = load_shared!(
+        skel::iter::InkcacheIterSkelBuilder,
+        &mut st.iter,
+        "iterator"
+    );
 
     // Absolute exptimes are unix times; the programs keep time with CLOCK_MONOTONIC.
     {
@@ -397,9 +424,11 @@ fn load_as<'obj>(
     }
     Ok(Loaded {
         xdp,
-        tc_egress,
         tc_ingress,
+        requests,
+        answers,
         sock,
+        iter,
         layout,
     })
 }
@@ -484,43 +513,16 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     let ext = plans.iter().flatten().next().map(|d| d.target());
     let loaded = load_as(opts, &allow, &mut storage, ext)?;
 
-    // The server (re)starting or stopping empties the cache: hooks on the root cgroup v2 see every
-    // bind and release on the host; the programs keep to the server's namespace and ports.
-    let cgroup = sys::cgroup2_root()?;
-    let cg = std::fs::File::open(&cgroup)
-        .with_context(|| format!("opening cgroup {}", cgroup.display()))?;
-    let sp = &loaded.sock.progs;
-    let links = [
-        (
-            "link_bind4",
-            sp.inkcache_bind4.attach_cgroup(cg.as_raw_fd()),
-        ),
-        (
-            "link_bind6",
-            sp.inkcache_bind6.attach_cgroup(cg.as_raw_fd()),
-        ),
-        (
-            "link_release",
-            sp.inkcache_release.attach_cgroup(cg.as_raw_fd()),
-        ),
-    ];
-    let mut cg_links = Vec::new();
-    for (name, l) in links {
-        let l = l.map_err(|e| {
-            Error::KernelLacks(format!(
-                "cgroup socket hooks ({name}: {e}; needs Linux 5.9+)"
-            ))
-        })?;
-        cg_links.push((name, l));
-    }
+    let cg_links = attach_server_hooks(&loaded)?;
 
     let group: Vec<String> = targets.iter().map(|t| t.iface.clone()).collect();
     let mut done: Vec<AttachInfo> = Vec::new();
     for (t, plan) in targets.iter().zip(plans) {
         let progs = Progs {
             xdp: &loaded.xdp.progs.inkcache_xdp,
-            tc_egress: &loaded.tc_egress.progs.inkcache_tc_egress,
             tc_ingress: &loaded.tc_ingress.progs.inkcache_tc_ingress,
+            requests: &loaded.requests.progs.inkcache_stream,
+            answers: &loaded.answers.progs.inkcache_answers,
         };
         let r = attach_one(
             opts,
@@ -545,6 +547,66 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         }
     }
     Ok(done)
+}
+
+/// Hooks the programs that follow the server's sockets, on the root cgroup v2 (they see every
+/// socket of the host and keep to the server's namespace and ports), before any interface is
+/// attached: the server (re)starting or stopping empties the cache, each TCP connection it accepts
+/// is followed (socket ops put it in conn_socks, whose stream verdict walks its bytes), UDP
+/// requests are walked at cgroup ingress and the server's answers at cgroup egress. Then the
+/// iterators take in what already exists: the server's sockets, and its established connections.
+/// Returns the cgroup links (pinned by `attach_one`: they live as long as any attachment of the
+/// group).
+fn attach_server_hooks(loaded: &Loaded<'_>) -> Result<Vec<(&'static str, libbpf_rs::Link)>> {
+    let cgroup = sys::cgroup2_root()?;
+    let cg = std::fs::File::open(&cgroup)
+        .with_context(|| format!("opening cgroup {}", cgroup.display()))?;
+    let fd = cg.as_raw_fd();
+    // the stream verdict first: every socket put in the sockhash is walked from its first byte
+    loaded
+        .requests
+        .progs
+        .inkcache_stream
+        .attach_sockmap(loaded.xdp.maps.conn_socks.as_fd().as_raw_fd())
+        .map_err(|e| Error::KernelLacks(format!("a sockhash stream verdict ({e})")))?;
+    let sp = &loaded.sock.progs;
+    let links = [
+        ("link_bind4", sp.inkcache_bind4.attach_cgroup(fd)),
+        ("link_bind6", sp.inkcache_bind6.attach_cgroup(fd)),
+        ("link_release", sp.inkcache_release.attach_cgroup(fd)),
+        ("link_sockops", sp.inkcache_sockops.attach_cgroup(fd)),
+        (
+            "link_requests",
+            loaded
+                .requests
+                .progs
+                .inkcache_udp_requests
+                .attach_cgroup(fd),
+        ),
+        (
+            "link_answers",
+            loaded.answers.progs.inkcache_answers.attach_cgroup(fd),
+        ),
+    ];
+    let mut cg_links = Vec::new();
+    for (name, l) in links {
+        let l = l.map_err(|e| {
+            Error::KernelLacks(format!("cgroup hooks ({name}: {e}; needs Linux 5.9+)"))
+        })?;
+        cg_links.push((name, l));
+    }
+    for (what, prog) in [
+        ("TCP", &loaded.iter.progs.inkcache_iter_tcp),
+        ("UDP", &loaded.iter.progs.inkcache_iter_udp),
+    ] {
+        let link = prog
+            .attach_iter_with_opts(libbpf_rs::IterOpts::None)
+            .with_context(|| format!("the {what} socket iterator"))?;
+        let mut it = libbpf_rs::Iter::new(&link)?;
+        std::io::copy(&mut it, &mut std::io::sink())
+            .with_context(|| format!("running the {what} socket iterator"))?;
+    }
+    Ok(cg_links)
 }
 
 /// Hands `to` every map of `from` it also defines (same name), so that both objects work on one
@@ -580,8 +642,9 @@ fn lpm_key(net: &IpNet) -> Vec<u8> {
 /// The programs attached to each interface.
 struct Progs<'a, 'obj> {
     xdp: &'a Program<'obj>,
-    tc_egress: &'a Program<'obj>,
     tc_ingress: &'a Program<'obj>,
+    requests: &'a Program<'obj>,
+    answers: &'a Program<'obj>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -596,7 +659,7 @@ fn attach_one(
     allow: &[IpNet],
     group: &[String],
 ) -> Result<AttachInfo> {
-    let (xprog, tprog, iprog) = (progs.xdp, progs.tc_egress, progs.tc_ingress);
+    let (xprog, iprog) = (progs.xdp, progs.tc_ingress);
     let tc_mode = tc::resolve(opts.tc_mode, t.ifindex)?;
     // TC ingress first: it only answers what XDP hands over, so it must be there when XDP starts.
     let ingress = tc::attach(iprog.as_fd(), t.ifindex, &t.iface, Dir::Ingress, tc_mode)?;
@@ -614,14 +677,6 @@ fn attach_one(
             return Err(e);
         }
     };
-    let egress = match tc::attach(tprog.as_fd(), t.ifindex, &t.iface, Dir::Egress, tc_mode) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = xdp::detach(t.ifindex, xdp_how, mode, xprog.as_fd(), xdp_id);
-            ingress.undo();
-            return Err(e);
-        }
-    };
 
     let info = AttachInfo {
         iface: t.iface.clone(),
@@ -633,7 +688,8 @@ fn attach_one(
         xdp_priority: if shared { opts.xdp_priority } else { 0 },
         tc_mode: tc_mode.into(),
         xdp_prog_id: xdp_id,
-        tc_prog_id: Program::id_from_fd(tprog.as_fd())?,
+        requests_prog_id: Program::id_from_fd(progs.requests.as_fd())?,
+        answers_prog_id: Program::id_from_fd(progs.answers.as_fd())?,
         tc_ingress_prog_id: Program::id_from_fd(iprog.as_fd())?,
         tc_handle: TC_HANDLE,
         tc_priority: TC_PRIORITY,
@@ -665,22 +721,19 @@ fn attach_one(
             pin_fd(map.as_fd(), &t.dir.join(name))?;
         }
         pin_fd(xprog.as_fd(), &t.dir.join("xdp"))?;
-        pin_fd(tprog.as_fd(), &t.dir.join("tc_egress"))?;
         pin_fd(iprog.as_fd(), &t.dir.join("tc_ingress"))?;
         ingress.pin(&t.dir, Dir::Ingress)?;
-        egress.pin(&t.dir, Dir::Egress)?;
         let slot = group.iter().position(|g| *g == t.iface).unwrap_or(0);
         pins::write_info(&m.meta, slot, &info)
     };
     if let Err(e) = pin() {
         let _ = xdp::detach(t.ifindex, xdp_how, mode, xprog.as_fd(), xdp_id);
-        egress.undo();
         ingress.undo();
         let _ = pins::remove_dir(&t.dir);
         return Err(e);
     }
     // pinned: the links live on in bpffs
-    drop((ingress, egress));
+    drop(ingress);
     Ok(info)
 }
 
@@ -713,41 +766,33 @@ fn detach_info(info: &AttachInfo, dir: &std::path::Path) -> Result<()> {
             )
             .with_context(|| format!("{}: detaching the XDP program", info.iface))?;
         }
-        for (pin, prog_id, d) in [
-            ("tc_egress", info.tc_prog_id, Dir::Egress),
-            ("tc_ingress", info.tc_ingress_prog_id, Dir::Ingress),
-        ] {
-            tc::detach(
-                dir,
-                pin,
-                info.ifindex,
-                &info.iface,
-                d,
-                &info.tc_mode,
-                prog_id,
-            )?;
-        }
+        tc::detach(
+            dir,
+            "tc_ingress",
+            info.ifindex,
+            &info.iface,
+            Dir::Ingress,
+            &info.tc_mode,
+            info.tc_ingress_prog_id,
+        )?;
     }
     pins::remove_dir(dir)
 }
 
-/// Whether each of the three programs of the attachment pinned at `dir` is still attached to its
-/// interface: (XDP, TC egress, TC ingress).
+/// Whether each part of the attachment pinned at `dir` is still in place: (XDP on the interface,
+/// the hooks on the server's sockets, TC ingress on the interface).
 pub fn attached(info: &AttachInfo, dir: &std::path::Path) -> (bool, bool, bool) {
     if sys::ifindex(&info.iface).ok() != Some(info.ifindex) {
         return (false, false, false);
     }
     let i = info.ifindex;
+    // the hooks on the server's sockets live as long as their pinned links
+    let hooks = ["link_sockops", "link_requests", "link_answers"]
+        .iter()
+        .all(|l| dir.join(l).exists());
     (
         xdp::is_attached(i, &info.xdp_attach, info.xdp_prog_id),
-        tc::is_attached(
-            dir,
-            "tc_egress",
-            i,
-            Dir::Egress,
-            &info.tc_mode,
-            info.tc_prog_id,
-        ),
+        hooks,
         tc::is_attached(
             dir,
             "tc_ingress",

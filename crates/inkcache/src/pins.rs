@@ -17,6 +17,7 @@ pub const MAPS: &[&str] = &[
     "arena",
     "ttl_hints",
     "conns",
+    "conn_socks",
     "udp_writes",
     "stats",
     "ports",
@@ -41,8 +42,13 @@ pub struct AttachInfo {
     /// "native" or "generic".
     pub xdp_mode: String,
     pub xdp_prog_id: u32,
-    /// The TC egress program (fills the cache from replies).
-    pub tc_prog_id: u32,
+    /// The program that walks the requests the server receives (its TCP stream verdict; the UDP
+    /// one is in the same object).
+    #[serde(default)]
+    pub requests_prog_id: u32,
+    /// The program that follows the server's answers (cgroup egress: fills, settling).
+    #[serde(default)]
+    pub answers_prog_id: u32,
     /// The TC ingress program (answers what XDP had no room for); 0 in records from before it.
     #[serde(default)]
     pub tc_ingress_prog_id: u32,

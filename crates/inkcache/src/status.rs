@@ -19,9 +19,11 @@ pub struct StatusRow {
     pub checked: bool,
     /// Whether the XDP program recorded at attach is still the one on the interface.
     pub xdp_attached: bool,
-    /// Whether the TC filters recorded at attach are still ours (egress fills, ingress answers
-    /// what XDP has no room for).
-    pub tc_egress_attached: bool,
+    /// Whether the hooks on the server's sockets (cgroup, sockhash) are still in place: they walk
+    /// its requests and answers.
+    pub hooks_attached: bool,
+    /// Whether the TC ingress program recorded at attach is still ours (it answers what XDP has no
+    /// room for).
     pub tc_ingress_attached: bool,
     /// Map memory of the cache (index and log).
     pub cache_bytes: u64,
@@ -124,12 +126,12 @@ pub fn rows(all_netns: bool) -> Result<Vec<StatusRow>> {
                 .and_then(|ns| crate::ns::in_netns(ns, check))
                 .flatten()
         };
-        let (xdp_attached, tc_egress_attached, tc_ingress_attached) =
+        let (xdp_attached, hooks_attached, tc_ingress_attached) =
             seen.unwrap_or((false, false, false));
         rows.push(StatusRow {
             checked: seen.is_some(),
             xdp_attached,
-            tc_egress_attached,
+            hooks_attached,
             tc_ingress_attached,
             cache_bytes: info.layout.total_bytes(),
             fill: fill(&dir, &info.layout).unwrap_or_default(),
@@ -167,7 +169,7 @@ pub fn render(rows: &[StatusRow]) -> String {
             i.xdp_mode,
             i.tc_handle,
             i.tc_priority,
-            missing(r.tc_egress_attached),
+            missing(r.hooks_attached),
             missing(r.tc_ingress_attached),
         );
         let _ = writeln!(o, "  ports       {:?}", i.ports);
