@@ -39,7 +39,7 @@ demo: build
 	BIN=target/release scripts/demo.sh
 
 bench: build
-	target/release/inkbench scenario paper
+	target/release/inklab paper
 
 # The consistency checker for 60 s against memcached + inkcache (CHECK_SECONDS=N to change).
 check-consistency: build
