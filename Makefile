@@ -5,7 +5,7 @@ CARGO ?= cargo
 DEB_PKGS := clang llvm libelf-dev zlib1g-dev pkg-config bpftool memcached libmemcached-tools \
             iproute2 ethtool python3 python3-pymemcache python3-pylibmc util-linux procps
 
-.PHONY: all deps build test lint demo bench check-consistency clean
+.PHONY: all deps build test lint demo bench check-consistency fuzz clean
 
 all: build
 
@@ -26,6 +26,7 @@ build: deps
 
 lint: deps
 	$(CARGO) fmt --all -- --check
+	python3 scripts/check-tree.py
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Every test: unit, property and integration tests (real kernel, namespaces, memcached).
@@ -34,6 +35,12 @@ test: build
 	# the kernel cache's tests again, with inkcached as the server instead of stock memcached
 	INKCACHE_TEST_SERVER=inkcached INKCACHED_BIN=$(CURDIR)/target/release/inkcached \
 	    $(CARGO) test --release -p inkcache --no-fail-fast -- --test-threads=2
+	# a short fuzz run of the request parser (stable toolchain, protocol dictionary)
+	scripts/fuzz.sh $${FUZZ_SECONDS:-30}
+
+# The request parser under libFuzzer for FUZZ_SECONDS (default 30), see scripts/fuzz.sh.
+fuzz: deps
+	scripts/fuzz.sh $${FUZZ_SECONDS:-30}
 
 demo: build
 	BIN=target/release scripts/demo.sh

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 
-pub use config::{parse_duration, Popularity, Proto, RunConfig, ValueSize};
+pub use config::{parse_addr, parse_duration, Popularity, Proto, RunConfig, ValueSize};
 pub use engine::RunControl;
 pub use report::{Counters, LatencySummary, RunResults, ServerStats};
 pub use sample::{sample, SampleConfig, SampleRecord, SampleResults};

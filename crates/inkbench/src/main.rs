@@ -3,13 +3,13 @@
 //! simulation `inkmodel hitratio`.)
 
 use std::io::IsTerminal;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use inkbench::{parse_duration, Popularity, Proto, RunConfig, RunControl, ValueSize};
+use inkbench::{parse_addr, parse_duration, Popularity, Proto, RunConfig, RunControl, ValueSize};
 
 #[derive(Parser)]
 #[command(
@@ -92,107 +92,17 @@ struct SampleArgs {
     json: bool,
 }
 
-fn parse_addr(s: &str) -> Result<SocketAddr> {
-    s.to_socket_addrs()
-        .with_context(|| format!("bad address {s:?} (expected HOST:PORT, [::1]:PORT for IPv6)"))?
-        .next()
-        .with_context(|| format!("{s:?} resolves to no address"))
-}
-
 fn dur(s: &str) -> Result<Duration> {
     parse_duration(s)
 }
 
 #[derive(Args, Clone)]
 struct RunArgs {
-    /// Server address, HOST:PORT (IPv6: [::1]:11211).
-    #[arg(long, value_parser = parse_addr)]
-    server: SocketAddr,
-    /// Transport: udp or tcp.
-    #[arg(long, default_value = "udp")]
-    proto: Proto,
-    /// Fraction of requests that are gets; the rest are sets.
-    #[arg(long, default_value_t = 0.9)]
-    get_ratio: f64,
-    /// Number of distinct keys.
-    #[arg(long, default_value_t = 10_000)]
-    keys: u64,
-    /// Key length in bytes (prefix "k" + zero-padded id).
-    #[arg(long, default_value_t = 16)]
-    key_size: usize,
-    /// Value size of sets: N or uniform:MIN:MAX.
-    #[arg(long, default_value = "100")]
-    value_size: ValueSize,
-    /// Key popularity: uniform or zipf:S.
-    #[arg(long, default_value = "uniform")]
-    popularity: Popularity,
-    /// Keys per get.
-    #[arg(long, default_value_t = 1)]
-    multiget: usize,
-    /// TCP: requests outstanding per connection.
-    #[arg(long, default_value_t = 1)]
-    pipeline: usize,
-    /// TCP connections or UDP sockets.
-    #[arg(long, default_value_t = 1)]
-    connections: usize,
-    /// Closed loop: requests outstanding in total [default: connections x pipeline for TCP,
-    /// 32 for UDP].
-    #[arg(long, conflicts_with = "rate")]
-    inflight: Option<usize>,
-    /// Open loop: requests per second in total, paced by absolute send times.
-    #[arg(long)]
-    rate: Option<f64>,
-    /// Measured time (10s, 500ms, 2m).
-    #[arg(long, default_value = "5s", value_parser = dur)]
-    duration: Duration,
-    /// Unmeasured time before the measurement.
-    #[arg(long, default_value = "1s", value_parser = dur)]
-    warmup: Duration,
-    /// Per-request timeout (UDP requests unanswered after it are lost).
-    #[arg(long, default_value = "1s", value_parser = dur)]
-    timeout: Duration,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Set every key once over TCP before the run.
-    #[arg(long)]
-    preload: bool,
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// TCP address for the preload and stats [default: --server].
-    #[arg(long, value_parser = parse_addr)]
-    admin: Option<SocketAddr>,
-    /// Do not read the server's stats before and after.
-    #[arg(long)]
-    no_server_stats: bool,
+    #[command(flatten)]
+    cfg: RunConfig,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
-}
-
-impl RunArgs {
-    fn config(&self) -> RunConfig {
-        let mut c = RunConfig::new(self.server);
-        c.proto = self.proto;
-        c.get_ratio = self.get_ratio;
-        c.keys = self.keys;
-        c.key_size = self.key_size;
-        c.value_size = self.value_size;
-        c.popularity = self.popularity;
-        c.multiget = self.multiget;
-        c.pipeline = self.pipeline;
-        c.connections = self.connections;
-        c.inflight = self.inflight;
-        c.rate = self.rate;
-        c.duration = self.duration;
-        c.warmup = self.warmup;
-        c.timeout = self.timeout;
-        c.seed = self.seed;
-        c.preload = self.preload;
-        c.threads = self.threads;
-        c.admin = self.admin;
-        c.server_stats = !self.no_server_stats;
-        c
-    }
 }
 
 /// Runs `f` with a progress bar on stderr if it is a terminal.
@@ -227,7 +137,7 @@ fn with_progress<T>(total: Duration, ctl: &RunControl, f: impl FnOnce() -> Resul
 }
 
 fn cmd_run(a: &RunArgs) -> Result<()> {
-    let cfg = a.config();
+    let cfg = a.cfg.clone();
     let ctl = RunControl::new();
     let res = with_progress(cfg.warmup + cfg.duration, &ctl, || {
         inkbench::run_with(&cfg, &ctl)
