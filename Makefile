@@ -6,7 +6,7 @@ DEB_PKGS := clang llvm libelf-dev zlib1g-dev pkg-config bpftool memcached libmem
             iproute2 ethtool python3 python3-pymemcache python3-pylibmc util-linux procps \
             python3-prometheus-client systemd man-db binutils xdp-tools
 
-.PHONY: all deps build test lint demo bench check-consistency kernel-matrix clean deb pool-demo
+.PHONY: all deps build test lint demo bench check-consistency fuzz kernel-matrix clean deb pool-demo
 
 all: build
 
@@ -27,6 +27,7 @@ build: deps
 
 lint: deps
 	$(CARGO) fmt --all -- --check
+	python3 scripts/check-tree.py
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Every test: unit, property and integration tests (real kernel, namespaces, memcached).
@@ -38,12 +39,18 @@ test: build
 	# and once more with inkcached's flash tier answering (every value but the newest on flash)
 	INKCACHE_TEST_SERVER=inkcached INKCACHED_BIN=$(CURDIR)/scripts/inkcached-flash \
 	    $(CARGO) test --release -p inkcache --no-fail-fast -- --test-threads=2
+	# a short fuzz run of the request parser (stable toolchain, protocol dictionary)
+	scripts/fuzz.sh $${FUZZ_SECONDS:-30}
+
+# The request parser under libFuzzer for FUZZ_SECONDS (default 30), see scripts/fuzz.sh.
+fuzz: deps
+	scripts/fuzz.sh $${FUZZ_SECONDS:-30}
 
 demo: build
 	BIN=target/release scripts/demo.sh
 
 bench: build
-	target/release/inkbench scenario paper
+	target/release/inklab paper
 
 # The consistency checker for 60 s against memcached + inkcache (CHECK_SECONDS=N to change).
 check-consistency: build

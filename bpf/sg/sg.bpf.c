@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* Scatter-gather in the kernel.
+ * Long file: the scatter, gather and timeout programs share one request-slot state machine and
+ * its maps; one object keeps them consistent without map reuse between objects.
  *
  * sg_scatter (TC egress on the client's interfaces): a datagram from a registered client socket
  * that starts with struct sg_scatter_hdr is not sent as is. The first one of a request arms the

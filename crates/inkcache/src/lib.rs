@@ -9,6 +9,7 @@ pub mod layout;
 pub mod lost;
 pub mod metrics;
 pub mod ns;
+pub mod opts;
 pub mod pins;
 pub mod skel;
 pub mod stats;

@@ -110,10 +110,16 @@ pub fn root() -> PathBuf {
 /// `/sys/fs/bpf/inkcache/<iface>`, or `<iface>@<netns>` when run with `--netns` (interface names
 /// are per namespace, bpffs is not).
 pub fn dir_for(iface: &str) -> Result<PathBuf> {
-    Ok(root().join(match sys::netns_name() {
+    Ok(dir_in(iface, sys::netns_name().as_deref()))
+}
+
+/// The pin directory of `iface` in the network namespace `netns` (a name under /run/netns, as
+/// given to `--netns`; `None`: this process's own), for readers that do not enter it.
+pub fn dir_in(iface: &str, netns: Option<&str>) -> PathBuf {
+    root().join(match netns {
         None => iface.to_string(),
         Some(ns) => format!("{iface}@{ns}"),
-    }))
+    })
 }
 
 /// Interfaces attached by one command (they share the maps, `meta` among them: one record each).

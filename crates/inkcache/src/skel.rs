@@ -22,10 +22,6 @@ pub mod tc_ingress {
 pub mod sock {
     include!(concat!(env!("OUT_DIR"), "/inkcache_sock.skel.rs"));
 }
-/// inkbench's XDP echo floor (`bpf/inkbench_echo.bpf.c`), built here with every other program.
-pub mod echo {
-    include!(concat!(env!("OUT_DIR"), "/inkbench_echo.skel.rs"));
-}
 pub mod pass {
     include!(concat!(env!("OUT_DIR"), "/inkcache_pass.skel.rs"));
 }

@@ -1,5 +1,8 @@
 //! Sockets and the worker event loops.
 //!
+//! Long file: the worker loop, its TCP connections, UDP batches and parked flash reads share the
+//! worker's state and its one poll; they are kept together so that no request path skips a step.
+//!
 //! Every worker thread owns a mio `Poll`, its own TCP listener(s) and its own UDP socket(s), all
 //! bound with `SO_REUSEPORT` to the same address: the kernel spreads connections and datagrams
 //! across workers, and a connection stays on the worker that accepted it. Sockets are

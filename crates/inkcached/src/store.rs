@@ -1,5 +1,8 @@
 //! The item store: a sharded hash table with one allocation per item and an LRU per shard.
 //!
+//! Long file: every command's store semantics (memcached's, item by item) work on the same shard,
+//! LRU and item layout under one lock; they are kept side by side to be read against each other.
+//!
 //! Each item is a single boxed byte slice: a fixed header (CAS, flags, expiry, store time, key
 //! length), the key, then the value. A shard holds a slot vector (item + LRU links as `u32`
 //! indices) and a `hashbrown::HashTable<u32>` of slot indices, behind one mutex. The memory limit

@@ -1,4 +1,8 @@
 //! The flash tier ("extstore"): values of items evicted from RAM are written to a storage file,
+//!
+//! Long file: the page format, the write buffers, reclaim and compaction share the tier's private
+//! state (pages, generations, counters); splitting them would only widen their interfaces.
+//!
 //! while their keys, flags, CAS and expiry stay in RAM with a [`Ptr`] to the value.
 //!
 //! Layout: the file is cut into pages (`ext_page_size`, 64 MB); a page is filled by write

@@ -1,16 +1,16 @@
-//! `inkbench hitratio` end to end with small parameters: output shape and sane orderings (never a
+//! `inkmodel hitratio` end to end with small parameters: output shape and sane orderings (never a
 //! speed).
 
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_inkbench");
+const BIN: &str = env!("CARGO_BIN_EXE_inkmodel");
 
-fn inkbench(args: &[&str]) -> std::process::Output {
+fn inkmodel(args: &[&str]) -> std::process::Output {
     Command::new(BIN)
         .arg("hitratio")
         .args(args)
         .output()
-        .expect("run inkbench")
+        .expect("run inkmodel")
 }
 
 const SMALL: &[&str] = &[
@@ -32,7 +32,7 @@ fn json_has_every_mix_and_budget_and_policies_are_ordered() {
     let svg = dir.path().join("hitratio.svg");
     let mut args = SMALL.to_vec();
     args.extend(["--json", "--plot", svg.to_str().unwrap()]);
-    let out = inkbench(&args);
+    let out = inkmodel(&args);
     assert!(
         out.status.success(),
         "{}",
@@ -86,7 +86,7 @@ fn json_has_every_mix_and_budget_and_policies_are_ordered() {
 
 #[test]
 fn table_output_and_errors() {
-    let out = inkbench(SMALL);
+    let out = inkmodel(SMALL);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
@@ -107,7 +107,7 @@ fn table_output_and_errors() {
         &["--mix", "lognormal"][..],
         &["--preload", "127.0.0.1:1"][..],
     ] {
-        let out = inkbench(args);
+        let out = inkmodel(args);
         assert!(!out.status.success(), "{args:?}");
         let err = String::from_utf8(out.stderr).unwrap();
         assert!(err.contains("error"), "{args:?}: {err}");

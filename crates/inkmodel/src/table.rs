@@ -19,8 +19,8 @@
 //! write invalidation and its quarantine, CAS entries, the "too big" marker (replies the frame
 //! cannot take), and concurrency (several fills racing for the head, a fill arriving after
 //! further requests for its key).
-use super::{Layout, SEG_BYTES, WAYS};
-use crate::abi::ITEM_MAX;
+use inkcache::abi::ITEM_MAX;
+use inkcache::layout::{Layout, SEG_BYTES, WAYS};
 
 /// Log units (16 bytes) per segment (`SEG_UNITS`).
 pub const SEG_UNITS: u64 = SEG_BYTES as u64 / 16;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* inkbench's XDP echo floor: a memcached UDP request to `port` is sent back where it came from
- * (MACs, IP addresses and UDP ports swapped, XDP_TX) with its payload unchanged. This is the least
+/* The XDP echo floor of inklab's benchmarks: a memcached UDP request to `port` is sent back where
+ * it came from (MACs, IP addresses and UDP ports swapped, XDP_TX) with its payload unchanged. This is the least
  * work any in-kernel answer on this path can do, so it measures the physical limit that the
  * kernel cache is compared with.
  *
@@ -11,8 +11,12 @@
  * which would mean summing the payload here: IPv6 requests are passed, not echoed. The TTL is
  * left alone (the reply goes back over the same link).
  *
- * Built into a skeleton by crates/inkcache/build.rs with every other program; inkbench pairs it
- * with inkcache_pass.bpf.c for the peer end and for the stock-memcached baseline. */
+ * The second program, inkbench_pass, is XDP_PASS for everything: for the peer end (a veth only
+ * delivers frames that XDP_TX sends back when the peer has an XDP program of its own) and for the
+ * stock-memcached baseline, so that every configuration takes the same NAPI path.
+ *
+ * Built into a skeleton by crates/inklab/build.rs (each bpf/lab/ source), not by the control
+ * plane. The program names appear in inklab's per-program cost tables. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -81,4 +85,10 @@ int inkbench_echo(struct xdp_md *ctx)
 	}
 	swap_mac(eth);
 	return XDP_TX;
+}
+
+SEC("xdp")
+int inkbench_pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
 }

@@ -1,6 +1,6 @@
-//! The XDP echo floor (`bpf/inkbench_echo.bpf.c`) or the pass-through program
-//! (`bpf/inkcache_pass.bpf.c`): loading one and attaching it to an interface inside a network
-//! namespace, and detaching on drop. Both skeletons are built by the inkcache crate.
+//! The XDP echo floor or the pass-through program (both in `bpf/lab/echo.bpf.c`, built by this
+//! crate): loading one and attaching it to an interface inside a network namespace, and detaching
+//! on drop.
 //!
 //! The attachment is a netlink XDP attachment (`libbpf_rs::Xdp`), so the program stays on the
 //! interface after the loaded object is dropped; [`XdpGuard`] removes it again (or the interface
@@ -14,7 +14,7 @@ use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Xdp, XdpFlags};
 
-use inkcache::skel::{echo, pass};
+use crate::skel::echo;
 
 /// Which program to attach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,31 +58,20 @@ pub fn attach(netns: &str, iface: &str, prog: XdpProg, port: u16) -> Result<XdpG
         let ifindex = nix::net::if_::if_nametoindex(iface_s.as_str())
             .with_context(|| format!("no interface {iface_s}"))? as i32;
         let mut obj = MaybeUninit::uninit();
-        let loaded_echo;
-        let loaded_pass;
+        let mut open = echo::EchoSkelBuilder::default()
+            .open(&mut obj)
+            .context("opening the echo BPF object")?;
+        open.maps
+            .rodata_data
+            .as_deref_mut()
+            .context("echo object has no rodata")?
+            .port = port;
+        let loaded = open
+            .load()
+            .map_err(|e| anyhow!("loading the echo BPF object (verifier or kernel): {e}"))?;
         let p = match prog {
-            XdpProg::Echo => {
-                let mut open = echo::InkbenchEchoSkelBuilder::default()
-                    .open(&mut obj)
-                    .context("opening the echo BPF object")?;
-                open.maps
-                    .rodata_data
-                    .as_deref_mut()
-                    .context("echo object has no rodata")?
-                    .port = port;
-                loaded_echo = open.load().map_err(|e| {
-                    anyhow!("loading the echo BPF object (verifier or kernel): {e}")
-                })?;
-                &loaded_echo.progs.inkbench_echo
-            }
-            XdpProg::Pass => {
-                loaded_pass = pass::InkcachePassSkelBuilder::default()
-                    .open(&mut obj)
-                    .context("opening the pass BPF object")?
-                    .load()
-                    .map_err(|e| anyhow!("loading the pass BPF object: {e}"))?;
-                &loaded_pass.progs.inkcache_pass
-            }
+            XdpProg::Echo => &loaded.progs.inkbench_echo,
+            XdpProg::Pass => &loaded.progs.inkbench_pass,
         };
         let x = Xdp::new(p.as_fd());
         let mut last = None;

@@ -1,46 +1,22 @@
-//! `inkbench hitratio`: the kernel cache's hit ratio, simulated, against the direct-mapped table
-//! it replaced (same memory) and an ideal LRU (same memory, all of it for item bytes).
-//!
-//! One request trace (Zipf over `keys` keys, key `i` being rank `i`, named as `inkbench run`
-//! names them) is played against every policy and budget; each key's value size comes from a
-//! value mix ([`Mix`]), fixed per key. A miss is followed at once by a fill (what a get that
-//! passes to the server and whose reply the kernel stores amounts to), and every request after
-//! the warm-up counts: the hit ratio is hits / requests over the measured window.
-//!
-//! - **kernel**: [`inkcache::layout::model::Table`], the set-associative index and item log of
-//!   `bpf/table.h` with the `--cache-mb` split of [`Layout::for_bytes`].
-//! - **direct**: the table before it: `slots` entries of [`ENTRY_BYTES`], `slots` the largest
-//!   power of two with `slots * ENTRY_BYTES <= budget` (at least 16, as `slots_for` had it), a
-//!   key in slot `hash & (slots - 1)`, a fill replacing whatever the slot held.
-//! - **lru**: exact least-recently-used eviction by item bytes, the whole budget for items.
-//! - **lru_log** (for analysis): the same LRU with only the bytes the kernel table's log has
-//!   (`segs * 64 KiB`) and items rounded up to 16 bytes as the log stores them: the kernel table's
-//!   capacity with an ideal policy. `lru - lru_log` is what the index and the segment rounding
-//!   cost; `lru_log - kernel` is what its policy (FIFO with promotion, 8-way sets) costs.
+//! The hit-ratio simulation: one Zipf trace, every value mix and budget, each policy.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use inkcache::layout::model::{self, Table};
-use inkcache::layout::Layout;
+use inkbench::workload::key_name;
+use inkbench::zipf::Zipf;
+use inkcache::Layout;
 use rand::{rngs::StdRng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::plots::Panel;
-use crate::workload::key_name;
-use crate::zipf::Zipf;
+use crate::policy::{DirectMapped, Lru};
+use crate::table::{self as model, Table};
 
 /// Largest item the kernel stores and sends in one datagram (`ITEM_MAX`).
 pub const ITEM_MAX: u32 = inkcache::abi::ITEM_MAX as u32;
-/// Bytes of one slot of the direct-mapped table (`struct ink_entry` before the item log: lock 4,
-/// len 4, hash 8, filled 8, stable 8, expire 8, key_len 2, flags 2, pad 4, item 1392).
-pub const ENTRY_BYTES: u64 = 1440;
 /// Scale and shape of the generalized Pareto distribution of value sizes in Facebook's ETC pool
 /// (location 0): Atikoglu et al., "Workload Analysis of a Large-Scale Key-Value Store",
 /// SIGMETRICS 2012, section 5 (the same parameters as mutilate's `fb_value`).
@@ -237,7 +213,10 @@ impl HitRatioConfig {
             }
         }
         if let Some(i) = self.item_bytes {
-            ensure!((16..=1392).contains(&i), "--item-bytes must be 16..=1392");
+            ensure!(
+                (16..=ITEM_MAX).contains(&i),
+                "--item-bytes must be 16..={ITEM_MAX}"
+            );
         }
         Ok(())
     }
@@ -284,134 +263,6 @@ impl Keys {
 
     pub fn total_bytes(&self) -> u64 {
         self.item_len.iter().map(|&l| l as u64).sum()
-    }
-}
-
-/// The direct-mapped table the item log replaced.
-pub struct DirectMapped {
-    slots: Vec<u32>, // key id + 1; 0 = empty
-    mask: u64,
-}
-
-impl DirectMapped {
-    /// `slots_for` of the old control plane, for any budget in bytes.
-    pub fn slots_for(budget: u64) -> u64 {
-        let n = (budget / ENTRY_BYTES).max(16);
-        1u64 << n.ilog2().min(31)
-    }
-
-    pub fn new(budget: u64) -> DirectMapped {
-        let n = Self::slots_for(budget);
-        DirectMapped {
-            slots: vec![0; n as usize],
-            mask: n - 1,
-        }
-    }
-
-    pub fn slots(&self) -> u64 {
-        self.slots.len() as u64
-    }
-
-    /// A get and, on a miss, the fill. Returns whether it hit.
-    pub fn get(&mut self, id: u32, hash: u64, item_len: u16) -> bool {
-        let s = &mut self.slots[((hash as u32) as u64 & self.mask) as usize];
-        if *s == id + 1 {
-            return true;
-        }
-        if item_len as u32 <= ITEM_MAX {
-            *s = id + 1;
-        }
-        false
-    }
-}
-
-const NIL: u32 = u32::MAX;
-
-/// Exact LRU by bytes over key ids `0..n`: an intrusive doubly linked list in arrays.
-pub struct Lru {
-    budget: u64,
-    used: u64,
-    items: u64,
-    prev: Vec<u32>,
-    next: Vec<u32>,
-    size: Vec<u16>, // 0 = not cached
-    mru: u32,
-    lru: u32,
-}
-
-impl Lru {
-    pub fn new(keys: usize, budget: u64) -> Lru {
-        Lru {
-            budget,
-            used: 0,
-            items: 0,
-            prev: vec![NIL; keys],
-            next: vec![NIL; keys],
-            size: vec![0; keys],
-            mru: NIL,
-            lru: NIL,
-        }
-    }
-
-    /// Items and bytes held.
-    pub fn held(&self) -> (u64, u64) {
-        (self.items, self.used)
-    }
-
-    pub fn contains(&self, id: u32) -> bool {
-        self.size[id as usize] != 0
-    }
-
-    fn unlink(&mut self, id: u32) {
-        let (p, n) = (self.prev[id as usize], self.next[id as usize]);
-        if p == NIL {
-            self.mru = n;
-        } else {
-            self.next[p as usize] = n;
-        }
-        if n == NIL {
-            self.lru = p;
-        } else {
-            self.prev[n as usize] = p;
-        }
-    }
-
-    fn push_front(&mut self, id: u32) {
-        self.prev[id as usize] = NIL;
-        self.next[id as usize] = self.mru;
-        if self.mru == NIL {
-            self.lru = id;
-        } else {
-            self.prev[self.mru as usize] = id;
-        }
-        self.mru = id;
-    }
-
-    /// A get of key `id` (of `bytes`, > 0) and, on a miss, its insertion, evicting from the
-    /// least recently used end until the items fit the budget. Returns whether it hit.
-    pub fn get(&mut self, id: u32, bytes: u16) -> bool {
-        if self.size[id as usize] != 0 {
-            if self.mru != id {
-                self.unlink(id);
-                self.push_front(id);
-            }
-            return true;
-        }
-        if bytes == 0 || bytes as u64 > self.budget {
-            return false;
-        }
-        self.size[id as usize] = bytes;
-        self.used += bytes as u64;
-        self.items += 1;
-        self.push_front(id);
-        while self.used > self.budget {
-            let v = self.lru;
-            self.unlink(v);
-            self.used -= self.size[v as usize] as u64;
-            self.size[v as usize] = 0;
-            self.items -= 1;
-        }
-        false
     }
 }
 
@@ -659,157 +510,14 @@ pub fn run(cfg: &HitRatioConfig) -> Result<HitRatioResults> {
     Ok(res)
 }
 
-fn pct(v: f64) -> String {
-    format!("{:.1}%", v * 100.0)
-}
-
-fn size(b: u64) -> String {
-    if b >= 10 << 20 {
-        format!("{:.1} MiB", b as f64 / 1048576.0)
-    } else {
-        format!("{:.0} KiB", b as f64 / 1024.0)
-    }
-}
-
-impl HitRatioResults {
-    /// The report as text: a line per mix, the hit-ratio table, the kernel table's details.
-    pub fn table(&self) -> String {
-        let c = &self.config;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "{} keys of {} bytes, Zipf {}, {} warm-up + {} measured requests, seed {}",
-            c.keys, c.key_size, c.zipf, c.warmup, c.requests, c.seed
-        );
-        for m in &self.mixes {
-            let _ = writeln!(
-                s,
-                "values {}: items {}..{} B (mean {:.1}, median {}, p99 {}), {} in all; \
-                 kernel split for --item-bytes {}",
-                m.mix,
-                m.min_item_bytes,
-                m.max_item_bytes,
-                m.mean_item_bytes,
-                m.p50_item_bytes,
-                m.p99_item_bytes,
-                size(m.total_item_bytes),
-                m.split_item_bytes
-            );
-        }
-        let _ = writeln!(s);
-        let _ = writeln!(
-            s,
-            "{:<10} {:<8} {:>10} {:>8} {:>14} {:>8} {:>14}",
-            "mix", "budget", "bytes", "kernel", "direct-mapped", "LRU", "LRU, log bytes"
-        );
-        for r in &self.rows {
-            let _ = writeln!(
-                s,
-                "{:<10} {:<8} {:>10} {:>8} {:>14} {:>8} {:>14}",
-                r.mix,
-                r.budget,
-                r.budget_bytes,
-                pct(r.kernel.hit_ratio),
-                pct(r.direct.hit_ratio),
-                pct(r.lru.hit_ratio),
-                pct(r.lru_log.hit_ratio)
-            );
-        }
-        let _ = writeln!(
-            s,
-            "(LRU, log bytes: an ideal LRU with only the kernel table's log bytes, items rounded \
-             up to 16)"
-        );
-        let _ = writeln!(s);
-        let _ = writeln!(
-            s,
-            "{:<10} {:<8} {:>7} {:>5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9}",
-            "mix",
-            "budget",
-            "sets",
-            "segs",
-            "resident",
-            "LRU items",
-            "DM slots",
-            "promoted",
-            "lapped",
-            "fills",
-            "abandoned"
-        );
-        for r in &self.rows {
-            let d = &r.kernel_detail;
-            let _ = writeln!(
-                s,
-                "{:<10} {:<8} {:>7} {:>5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9}",
-                r.mix,
-                r.budget,
-                d.sets,
-                d.segs,
-                d.resident_items,
-                r.lru_items,
-                r.direct_slots,
-                pct(d.promoted_per_request),
-                pct(d.lapped_per_request),
-                pct(d.fills_per_request),
-                pct(d.abandoned_share)
-            );
-        }
-        let _ = writeln!(
-            s,
-            "(promoted, lapped misses and fills per measured request; abandoned: share of the log \
-             skipped at segment ends)"
-        );
-        s
-    }
-}
-
-/// Writes a bar chart of the hit ratios: a panel per mix, a group per budget, a bar per policy.
-pub fn plot(res: &HitRatioResults, path: &Path) -> Result<()> {
-    let mut panels: BTreeMap<usize, Panel> = BTreeMap::new();
-    for r in &res.rows {
-        let i = res
-            .mixes
-            .iter()
-            .position(|m| m.mix == r.mix)
-            .unwrap_or(usize::MAX);
-        panels
-            .entry(i)
-            .or_insert_with(|| (format!("values {}", r.mix), Vec::new()))
-            .1
-            .push((
-                format!("{} ({})", r.budget, size(r.budget_bytes)),
-                vec![
-                    r.kernel.hit_ratio * 100.0,
-                    r.direct.hit_ratio * 100.0,
-                    r.lru.hit_ratio * 100.0,
-                    r.lru_log.hit_ratio * 100.0,
-                ],
-            ));
-    }
-    let panels: Vec<_> = panels.into_values().collect();
-    let c = &res.config;
-    crate::scenario::plots::bars(
-        path,
-        &format!("Hit ratio (%), {} keys, Zipf {}", c.keys, c.zipf),
-        "hit ratio (%)",
-        &[
-            "kernel table (8-way index + log)",
-            "direct-mapped (old)",
-            "LRU (ideal, whole budget)",
-            "LRU (ideal, kernel's log bytes)",
-        ],
-        &panels,
-    )
-}
-
 /// Sets every key `0..keys` over TCP at `addr` with a value of its size in `mix` (pipelined, 128
 /// sets per round trip). Returns the item bytes written.
 pub fn preload(cfg: &HitRatioConfig, mix: Mix, addr: SocketAddr) -> Result<u64> {
     cfg.validate()?;
     let timeout = Duration::from_secs(5);
     let mut s =
-        crate::admin::connect(addr, timeout).with_context(|| format!("preload via {addr}"))?;
-    let data = crate::workload::value_bytes(max_value_len(cfg.key_size) as usize);
+        inkbench::admin::connect(addr, timeout).with_context(|| format!("preload via {addr}"))?;
+    let data = inkbench::workload::value_bytes(max_value_len(cfg.key_size) as usize);
     let (mut req, mut buf, mut resps) = (Vec::new(), Vec::new(), Vec::new());
     let mut total = 0u64;
     let mut id = 0u64;
@@ -832,7 +540,7 @@ pub fn preload(cfg: &HitRatioConfig, mix: Mix, addr: SocketAddr) -> Result<u64> 
         }
         s.write_all(&req).context("preload: writing sets")?;
         resps.clear();
-        crate::admin::read_responses(&mut s, &mut buf, (end - id) as usize, &mut resps)
+        inkbench::admin::read_responses(&mut s, &mut buf, (end - id) as usize, &mut resps)
             .context("preload: reading replies")?;
         if let Some(bad) = resps
             .iter()
@@ -889,57 +597,6 @@ mod tests {
             .map(|i| Mix::Etc { max: Some(150) }.value_len(i, 1, 16).unwrap())
             .collect();
         assert!(c.iter().all(|&x| x <= 150) && c.contains(&150) && c.contains(&0));
-    }
-
-    #[test]
-    fn lru_evicts_least_recent_by_bytes() {
-        let mut l = Lru::new(10, 100);
-        assert!(!l.get(0, 40));
-        assert!(!l.get(1, 40));
-        assert!(!l.get(2, 30)); // 110 > 100: 0 goes
-        assert!(!l.contains(0) && l.contains(1) && l.contains(2));
-        assert_eq!(l.held(), (2, 70));
-        assert!(l.get(1, 40)); // order now 1, 2
-        assert!(!l.get(3, 50)); // 120: 2 goes (least recent), 90 left
-        assert!(l.contains(1) && !l.contains(2) && l.contains(3));
-        assert_eq!(l.held(), (2, 90));
-        assert!(!l.get(4, 100)); // evicts both
-        assert_eq!(l.held(), (1, 100));
-        assert!(!l.get(5, 101)); // larger than the budget: never held
-        assert!(l.contains(4) && !l.contains(5));
-        assert!(l.get(4, 100));
-        // many small ones evict one large one
-        let mut l = Lru::new(10, 100);
-        l.get(0, 90);
-        l.get(1, 5);
-        l.get(2, 5);
-        assert_eq!(l.held(), (3, 100));
-        l.get(3, 1);
-        assert!(!l.contains(0));
-        assert_eq!(l.held(), (3, 11));
-    }
-
-    #[test]
-    fn direct_mapped_slots_and_conflicts() {
-        assert_eq!(DirectMapped::slots_for(256 << 20), 131072);
-        assert_eq!(DirectMapped::slots_for(1440 * 1000), 512);
-        assert_eq!(DirectMapped::slots_for(1440 * 1024), 1024);
-        assert_eq!(DirectMapped::slots_for(1000), 16);
-        let mut d = DirectMapped::new(1440 * 16);
-        // same low bits: the same slot, each fill replaces the other
-        let (a, b) = (0x1234_0000_0000_0003u64, 0x9999_0000_0000_0013u64);
-        assert!(!d.get(1, a, 63));
-        assert!(d.get(1, a, 63));
-        assert!(!d.get(2, b, 63));
-        assert!(!d.get(1, a, 63));
-        assert!(!d.get(2, b, 63));
-        // another slot is independent
-        assert!(!d.get(3, 4, 63));
-        assert!(d.get(3, 4, 63));
-        assert!(d.get(2, b, 63));
-        // too large to store
-        assert!(!d.get(4, 5, ITEM_MAX as u16 + 1));
-        assert!(!d.get(4, 5, ITEM_MAX as u16 + 1));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Goal, PaperResults, Point, Setup, SetupResult};
+use crate::{Goal, PaperResults, Point, Setup, SetupResult};
 
 fn find<'a>(res: &'a PaperResults, wl: &str, s: Setup) -> Option<&'a SetupResult> {
     res.results

@@ -6,7 +6,7 @@
 //!
 //! The inkcache binary is `$INKCACHE_BIN`, else `inkcache` next to this test's target profile
 //! (`cargo build -p inkcache` with the same target dir), else the release one.
-//! `INKBENCH_CHECK_SECONDS` overrides the 5 s per run.
+//! `INKCHECK_SECONDS` overrides the 5 s per run.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use inkbench::check::{run, CheckConfig, CheckReport};
+use inkcheck::{run, CheckConfig, CheckReport};
 use testkit::{Pair, Server, SRV_V4};
 
 const PORT: u16 = 11211;
@@ -38,7 +38,7 @@ fn inkcache_bin() -> PathBuf {
 }
 
 fn seconds() -> Duration {
-    let s = std::env::var("INKBENCH_CHECK_SECONDS")
+    let s = std::env::var("INKCHECK_SECONDS")
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
         .unwrap_or(5.0);
@@ -96,7 +96,7 @@ impl Rig {
         let mut cfg = CheckConfig::new(SocketAddr::new(IpAddr::V4(SRV_V4), PORT));
         cfg.duration = seconds();
         cfg.seed = seed;
-        cfg.examples = std::env::var("INKBENCH_CHECK_EXAMPLES")
+        cfg.examples = std::env::var("INKCHECK_EXAMPLES")
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(3);
@@ -134,10 +134,10 @@ impl Drop for Rig {
     }
 }
 
-/// Prints the summary; with `INKBENCH_CHECK_JSON_DIR`, also writes the full report there.
+/// Prints the summary; with `INKCHECK_JSON_DIR`, also writes the full report there.
 fn show(name: &str, rep: &CheckReport) {
     eprintln!("== {name}\n{}", rep.summary());
-    if let Some(dir) = std::env::var_os("INKBENCH_CHECK_JSON_DIR") {
+    if let Some(dir) = std::env::var_os("INKCHECK_JSON_DIR") {
         let path = PathBuf::from(dir).join(format!("{}.json", name.replace([' ', '+'], "_")));
         let json = serde_json::to_string_pretty(rep).expect("report to JSON");
         std::fs::write(&path, json).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
