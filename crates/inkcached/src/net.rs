@@ -7,19 +7,22 @@
 //! is put on a "pending" list and resumed after the other ready sockets were served, so a busy or
 //! slow client cannot stall the others.
 
-use crate::exec::{self, Next, Shared};
+use crate::config::Proto;
+use crate::conns::{addr_text, Kind};
+use crate::exec::{Next, Shared};
+use crate::session::{Session, Step};
 use crate::stats::C;
 use anyhow::{Context, Result};
-use inkproto::request::{parse_request_with, Limits};
+use inkproto::request::Limits;
 use inkproto::udp::{FrameHeader, HEADER_LEN, MAX_PAYLOAD};
-use mio::net::{TcpListener, TcpStream, UdpSocket};
+use mio::net::{TcpListener, TcpStream, UdpSocket, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const WAKE: Token = Token(usize::MAX - 1);
@@ -35,9 +38,10 @@ const DGRAMS_PER_TURN: usize = 64;
 
 /// Binds one socket per worker on `addr` with SO_REUSEPORT, after checking that no other process
 /// holds the port (a reuseport group would otherwise silently share it).
-pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> {
+pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize, backlog: i32) -> Result<Vec<Socket>> {
     let what = if tcp { "TCP" } else { "UDP" };
-    let ctx = || format!("failed to listen on {what} {addr}");
+    let ctx = move || format!("failed to listen on {what} {addr}");
+    let mut bind_to = addr;
     let (ty, proto) = if tcp {
         (Type::STREAM, Protocol::TCP)
     } else {
@@ -53,8 +57,9 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
         }
         Ok(s)
     };
-    // Probe without SO_REUSEPORT: fails with EADDRINUSE if anyone else has the port.
-    {
+    // Probe without SO_REUSEPORT: fails with EADDRINUSE if anyone else has the port. Port 0
+    // (`-p -1`): the first socket picks a free port and the others join it.
+    if addr.port() != 0 {
         let probe = new()?;
         probe.bind(&addr.into()).with_context(ctx)?;
     }
@@ -63,9 +68,14 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
         let s = new()?;
         s.set_reuse_port(true).with_context(ctx)?;
         s.set_nonblocking(true).with_context(ctx)?;
-        s.bind(&addr.into()).with_context(ctx)?;
+        s.bind(&bind_to.into()).with_context(ctx)?;
+        if bind_to.port() == 0 {
+            if let Some(a) = s.local_addr().ok().and_then(|a| a.as_socket()) {
+                bind_to.set_port(a.port());
+            }
+        }
         if tcp {
-            s.listen(1024).with_context(ctx)?;
+            s.listen(backlog).with_context(ctx)?;
         } else {
             let _ = s.set_recv_buffer_size(4 << 20);
             let _ = s.set_send_buffer_size(4 << 20);
@@ -90,12 +100,57 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
 
 /// The sockets one worker serves.
 pub struct WorkerSockets {
-    pub tcp: Vec<Socket>,
+    /// TCP listeners with the protocol each speaks (`-B`, or `proto[...]` in `-l`).
+    pub tcp: Vec<(Socket, Proto)>,
     pub udp: Vec<Socket>,
+    /// The unix socket listener (`-s`), shared by every worker.
+    pub unix: Option<(std::os::unix::net::UnixListener, String)>,
+}
+
+/// A connection's stream: TCP or a unix socket.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+    fn fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(b),
+            Stream::Unix(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(b),
+            Stream::Unix(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 struct Conn {
-    sock: TcpStream,
+    sock: Stream,
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
@@ -103,6 +158,15 @@ struct Conn {
     wpos: usize,
     swallow: usize,
     closing: bool,
+    /// Close after writing only what was flushed (`keep`).
+    dropping: bool,
+    /// Output up to here is written even if the connection is dropped.
+    keep: usize,
+    session: Session,
+    /// Relative time of the last command (`stats conns`, `-o idle_timeout`).
+    last_cmd: Arc<AtomicU32>,
+    /// A `watch` connection: its log lines arrive here.
+    watch: Option<Arc<Mutex<Vec<u8>>>>,
 }
 
 #[derive(PartialEq, Eq)]
@@ -115,7 +179,7 @@ enum Status {
 }
 
 impl Conn {
-    fn new(sock: TcpStream) -> Self {
+    fn new(sock: Stream, session: Session, now: u32) -> Self {
         Conn {
             sock,
             rbuf: vec![0; 16 * 1024],
@@ -125,6 +189,11 @@ impl Conn {
             wpos: 0,
             swallow: 0,
             closing: false,
+            dropping: false,
+            keep: 0,
+            session,
+            last_cmd: Arc::new(AtomicU32::new(now)),
+            watch: None,
         }
     }
 
@@ -132,32 +201,62 @@ impl Conn {
         self.wbuf.len() - self.wpos
     }
 
-    /// Executes every complete request in the read buffer.
-    fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) {
+    /// Executes the complete requests in the read buffer, at most `-R` of them; true if it
+    /// stopped there with more to do (memcached's `conn_yields`).
+    fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) -> bool {
+        let mut reqs = 0;
+        let max = sh.cfg.reqs_per_event.max(1) as usize;
+        let start_backlog = self.backlog();
+        if self.rstart < self.rend && self.watch.is_none() {
+            self.last_cmd.store(sh.store.now(), Ordering::Relaxed);
+        }
         while self.rstart < self.rend && !self.closing && self.backlog() < WBUF_HIGH {
+            if self.watch.is_some() {
+                // A watcher sends no more commands; whatever comes is dropped.
+                self.rstart = self.rend;
+                break;
+            }
             if self.swallow > 0 {
                 let n = self.swallow.min(self.rend - self.rstart);
                 self.rstart += n;
                 self.swallow -= n;
                 continue;
             }
+            if reqs == max {
+                sh.workers[w].inc(C::conn_yields);
+                return true;
+            }
             let buf = &self.rbuf[self.rstart..self.rend];
-            match parse_request_with(buf, limits) {
-                Ok(Some((req, used))) => {
-                    if exec::execute(sh, w, req, &mut self.wbuf) == Next::Close {
-                        self.closing = true;
-                    }
+            self.session.ctx.stacked = self.backlog() > start_backlog || start_backlog > 0;
+            match self.session.step(sh, w, limits, buf, &mut self.wbuf) {
+                Step::NeedMore => break,
+                Step::Done {
+                    used,
+                    swallow,
+                    next,
+                } => {
+                    reqs += 1;
                     self.rstart += used;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    if e.close {
-                        self.closing = true;
-                        break;
+                    self.swallow = swallow;
+                    match next {
+                        Next::Continue => {}
+                        Next::Flush => self.keep = self.wbuf.len(),
+                        Next::Close => self.closing = true,
+                        Next::Drop => {
+                            // what memcached had not written yet is lost
+                            self.wbuf.truncate(self.keep.max(self.wpos));
+                            self.closing = true;
+                            self.dropping = true;
+                        }
+                        Next::Watch => {
+                            let buf = Arc::new(Mutex::new(Vec::new()));
+                            let flags = self.session.ctx.watch_flags;
+                            let id = self.session.ctx.id;
+                            if crate::watch::register(sh, id, w, flags, buf.clone(), &mut self.wbuf) {
+                                self.watch = Some(buf);
+                            }
+                        }
                     }
-                    exec::parse_error(sh, w, buf, &e, &mut self.wbuf);
-                    self.rstart += e.consumed;
-                    self.swallow = e.swallow;
                 }
             }
         }
@@ -167,6 +266,16 @@ impl Conn {
             if self.rbuf.len() > 1 << 20 {
                 self.rbuf = vec![0; 16 * 1024];
             }
+        }
+        false
+    }
+
+    /// Moves a watcher's pending log lines to the output.
+    fn take_watch(&mut self) {
+        if let Some(b) = &self.watch {
+            let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
+            self.wbuf.extend_from_slice(&b);
+            b.clear();
         }
     }
 
@@ -186,6 +295,7 @@ impl Conn {
         }
         self.wbuf.clear();
         self.wpos = 0;
+        self.keep = 0;
         if self.wbuf.capacity() > 1 << 20 {
             self.wbuf = Vec::new();
         }
@@ -195,9 +305,17 @@ impl Conn {
     fn drive(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) -> Status {
         let mut reads = 0;
         loop {
-            self.process(sh, w, limits);
+            let yielded = self.process(sh, w, limits);
+            if self.dropping {
+                let _ = self.flush(sh, w);
+                return Status::Close;
+            }
+            self.take_watch();
             if self.flush(sh, w).is_err() {
                 return Status::Close;
+            }
+            if yielded {
+                return Status::More;
             }
             if self.closing {
                 return if self.backlog() == 0 {
@@ -548,23 +666,20 @@ fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
 fn execute_datagram(sh: &Arc<Shared>, w: usize, limits: &Limits, dgram: &[u8], out: &mut Vec<u8>) {
     let mut pos = HEADER_LEN;
     let n = dgram.len();
+    let mut session = Session::udp();
     while pos < n {
         let buf = &dgram[pos..n];
-        match parse_request_with(buf, limits) {
-            Ok(Some((req, used))) => {
-                let quit = exec::execute(sh, w, req, out) == Next::Close;
-                pos += used;
-                if quit {
+        match session.step(sh, w, limits, buf, out) {
+            Step::NeedMore => break,
+            Step::Done {
+                used,
+                swallow,
+                next,
+            } => {
+                pos += used + swallow;
+                if !matches!(next, Next::Continue | Next::Flush) {
                     break;
                 }
-            }
-            Ok(None) => break,
-            Err(e) => {
-                if e.close {
-                    break;
-                }
-                exec::parse_error(sh, w, buf, &e, out);
-                pos += e.consumed + e.swallow;
             }
         }
     }
@@ -642,23 +757,74 @@ fn serve_udp(
     true
 }
 
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    fn accept(&self) -> std::io::Result<(Stream, String, String)> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept()?;
+                let _ = s.set_nodelay(true);
+                let local = s.local_addr().ok();
+                Ok((
+                    Stream::Tcp(s),
+                    addr_text(Some(peer), false, None),
+                    addr_text(local, false, None),
+                ))
+            }
+            Listener::Unix(l) => {
+                let (s, _) = l.accept()?;
+                let path = s
+                    .local_addr()
+                    .ok()
+                    .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+                    .unwrap_or_default();
+                let a = addr_text(None, false, Some(&path));
+                Ok((Stream::Unix(s), a.clone(), a))
+            }
+        }
+    }
+}
+
+/// memcached's connection limit: refused when connections plus reserved descriptors reach
+/// `-c` minus one.
+fn at_limit(sh: &Shared) -> bool {
+    let cur = crate::stats::sum_one(&sh.workers, C::curr_connections);
+    cur + u64::from(crate::conns::RESERVED_FDS) >= (sh.cfg.maxconns as u64).saturating_sub(1)
+}
+
 /// Runs worker `w` until shutdown.
 pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Poll) -> Result<()> {
     let limits = Limits {
-        max_item: sh.settings.max_item,
+        max_item: sh.cfg.item_size_max as usize,
+        use_cas: sh.cfg.use_cas,
     };
     let registry = poll.registry().try_clone()?;
-    let mut listeners: Vec<TcpListener> = Vec::new();
-    for s in socks.tcp {
+    let never = Arc::new(AtomicU32::new(0));
+    let mut listeners: Vec<(Listener, Proto)> = Vec::new();
+    for (s, proto) in socks.tcp {
+        let local = s.local_addr().ok().and_then(|a| a.as_socket());
         let mut l = TcpListener::from_std(s.into());
         registry.register(&mut l, Token(listeners.len()), Interest::READABLE)?;
-        listeners.push(l);
+        sh.conns.add(l.as_raw_fd(), Kind::Listen, addr_text(local, false, None), String::new(), never.clone());
+        listeners.push((Listener::Tcp(l), proto));
+    }
+    if let Some((u, path)) = socks.unix {
+        let mut l = UnixListener::from_std(u);
+        registry.register(&mut l, Token(listeners.len()), Interest::READABLE)?;
+        sh.conns.add(l.as_raw_fd(), Kind::Listen, addr_text(None, false, Some(&path)), String::new(), never.clone());
+        listeners.push((Listener::Unix(l), sh.cfg.protocol));
     }
     let udp_base = listeners.len();
     let mut udps: Vec<UdpSocket> = Vec::new();
     for s in socks.udp {
+        let local = s.local_addr().ok().and_then(|a| a.as_socket());
         let mut u = UdpSocket::from_std(s.into());
         registry.register(&mut u, Token(udp_base + udps.len()), Interest::READABLE)?;
+        sh.conns.add(u.as_raw_fd(), Kind::Udp, addr_text(local, true, None), String::new(), never.clone());
         udps.push(u);
     }
     let mut conns: Vec<Option<Conn>> = Vec::new();
@@ -667,11 +833,14 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     let mut events = Events::with_capacity(256);
     let mut ubatch = UdpBatch::new();
     let st = &sh.workers[w];
-    let verbose = sh.settings.verbose;
+    let verbose = || sh.rt.verbosity.load(Ordering::Relaxed);
+    // Listeners not accepting while at the connection limit (without maxconns_fast).
+    let mut paused = false;
+    let mut last_idle_scan = sh.store.now();
 
     while !sh.shutdown.load(Ordering::Relaxed) {
         let timeout = if pending.is_empty() {
-            Some(Duration::from_millis(500))
+            Some(Duration::from_millis(if paused { 10 } else { 500 }))
         } else {
             Some(Duration::ZERO)
         };
@@ -683,7 +852,35 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
         }
         let mut todo: Vec<Token> = std::mem::take(&mut pending);
         for ev in events.iter() {
+            if ev.token() == WAKE {
+                // log lines for this worker's watchers
+                for (i, c) in conns.iter().enumerate() {
+                    if c.as_ref().is_some_and(|c| c.watch.is_some()) {
+                        todo.push(Token(CONN_BASE + i));
+                    }
+                }
+            }
             todo.push(ev.token());
+        }
+        if paused && !at_limit(&sh) {
+            paused = false;
+            todo.extend((0..udp_base).map(Token));
+        }
+        let idle = sh.cfg.idle_timeout;
+        let now = sh.store.now();
+        if idle > 0 && now != last_idle_scan {
+            last_idle_scan = now;
+            for (i, c) in conns.iter_mut().enumerate() {
+                if let Some(c) = c.as_mut().filter(|c| c.watch.is_none()) {
+                    let last = c.last_cmd.load(Ordering::Relaxed);
+                    if now.saturating_sub(last) > idle as u32 {
+                        st.inc(C::idle_kicks);
+                        c.closing = true;
+                        c.dropping = true;
+                        todo.push(Token(CONN_BASE + i));
+                    }
+                }
+            }
         }
         todo.sort_unstable();
         todo.dedup();
@@ -694,32 +891,41 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             let t = tok.0;
             if t < udp_base {
                 // Accept everything waiting.
-                loop {
-                    match listeners[t].accept() {
-                        Ok((mut s, peer)) => {
-                            let cur = crate::stats::sum_one(&sh.workers, C::curr_connections);
-                            if cur >= sh.settings.max_conns as u64 {
+                while !paused {
+                    if !sh.cfg.maxconns_fast && at_limit(&sh) {
+                        // stop accepting until a connection closes (memcached's
+                        // accept_new_conns(false))
+                        paused = true;
+                        st.atomic_add(C::listen_disabled_num, 1);
+                        break;
+                    }
+                    match listeners[t].0.accept() {
+                        Ok((mut s, peer, local)) => {
+                            if at_limit(&sh) {
                                 st.atomic_add(C::rejected_connections, 1);
                                 let _ = s.write(b"ERROR Too many open connections\r\n");
                                 continue;
                             }
-                            let _ = s.set_nodelay(true);
                             let idx = free.pop().unwrap_or_else(|| {
                                 conns.push(None);
                                 conns.len() - 1
                             });
                             let tok = Token(CONN_BASE + idx);
                             if registry
-                                .register(&mut s, tok, Interest::READABLE | Interest::WRITABLE)
+                                .register(s.source(), tok, Interest::READABLE | Interest::WRITABLE)
                                 .is_err()
                             {
                                 free.push(idx);
                                 continue;
                             }
-                            if verbose > 1 {
-                                eprintln!("<{} new client connection from {peer}", tok.0);
+                            let fd = s.fd();
+                            if verbose() > 1 {
+                                eprintln!("<{fd} new client connection");
                             }
-                            conns[idx] = Some(Conn::new(s));
+                            let c = Conn::new(s, Session::new(&sh, listeners[t].1, fd as usize), sh.store.now());
+                            sh.conns.add(fd, Kind::Conn, peer.clone(), local, c.last_cmd.clone());
+                            crate::watch::conn_event(&sh, true, &peer, fd);
+                            conns[idx] = Some(c);
                             st.atomic_add(C::curr_connections, 1);
                             st.atomic_add(C::total_connections, 1);
                             pending.push(tok);
@@ -728,7 +934,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                         Err(e) if e.kind() == ErrorKind::Interrupted => {}
                         Err(e) => {
                             // EMFILE and friends: back off rather than spin.
-                            if verbose > 0 {
+                            if verbose() > 0 {
                                 eprintln!("accept: {e}");
                             }
                             std::thread::sleep(Duration::from_millis(10));
@@ -746,16 +952,26 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                 let Some(Some(c)) = conns.get_mut(idx) else {
                     continue;
                 };
-                match c.drive(&sh, w, &limits) {
+                let status = if c.dropping { Status::Close } else { c.drive(&sh, w, &limits) };
+                match status {
                     Status::Idle => {}
                     Status::More => pending.push(tok),
                     Status::Close => {
                         let mut c = conns[idx].take().unwrap();
-                        let _ = registry.deregister(&mut c.sock);
+                        let fd = c.sock.fd();
+                        let _ = registry.deregister(c.sock.source());
+                        let peer = sh.conns.remove(fd).unwrap_or_default();
+                        crate::watch::conn_event(&sh, false, &peer, fd);
+                        if c.watch.is_some() {
+                            sh.watch.remove(c.session.ctx.id);
+                        }
                         free.push(idx);
                         st.atomic_add(C::curr_connections, -1);
-                        if verbose > 1 {
-                            eprintln!("<{t} connection closed.");
+                        if verbose() > 1 {
+                            eprintln!("<{fd} connection closed.");
+                        }
+                        if paused {
+                            pending.extend((0..udp_base).map(Token));
                         }
                     }
                 }

@@ -45,6 +45,9 @@ counters!(
     auth_errors,
     bytes_read,
     bytes_written,
+    conn_yields,
+    idle_kicks,
+    listen_disabled_num,
 );
 
 /// The counters of one worker.

@@ -9,9 +9,13 @@
 //! Time is memcached's "relative time": seconds since the process started, plus 2 so that an
 //! exptime of 1 always means "already expired".
 
+#[path = "store_meta.rs"]
+pub mod meta;
+pub use meta::{ClassStats, Meta, StoreOpts};
+
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -67,6 +71,11 @@ fn wr32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Bytes an item of this key and value length accounts for (see [`ItemRef::size`]).
+fn item_size(klen: usize, vlen: usize) -> usize {
+    HDR + klen + vlen + PER_ITEM_OVERHEAD
+}
+
 fn make_item(key: &[u8], flags: u32, exp: u32, time: u32, cas: u64, parts: &[&[u8]]) -> Box<[u8]> {
     let vlen: usize = parts.iter().map(|p| p.len()).sum();
     let mut v = Vec::with_capacity(HDR + key.len() + vlen);
@@ -86,6 +95,8 @@ struct Slot {
     item: Option<Box<[u8]>>,
     prev: u32,
     next: u32,
+    /// Access time and flag bits (memcached's `it->time` and `it_flags`).
+    meta: Meta,
 }
 
 #[derive(Default)]
@@ -100,6 +111,8 @@ struct Shard {
     evictions: u64,
     reclaimed: u64,
     total_items: u64,
+    /// Per slab class counters (`stats items`), allocated on first use.
+    classes: Vec<ClassStats>,
 }
 
 /// Storage command modes.
@@ -122,6 +135,8 @@ pub enum StoreResult {
     NotStored,
     Exists,
     NotFound,
+    /// -M and no room without evicting (memcached's `SERVER_ERROR out of memory ...`).
+    NoMemory,
 }
 
 /// Result of incr/decr.
@@ -155,7 +170,8 @@ pub struct Store {
     /// Items stored at or before this relative time are invalid once it is reached (delayed
     /// `flush_all`); 0 if none.
     oldest_live: AtomicU32,
-    shard_limit: usize,
+    shard_limit: AtomicUsize,
+    opts: StoreOpts,
     started: Instant,
     /// Unix time at relative time 0.
     process_started: i64,
@@ -163,7 +179,13 @@ pub struct Store {
 
 impl Store {
     /// A store holding at most `limit` bytes, for items up to `max_item` bytes.
+    #[cfg(test)]
     pub fn new(limit: usize, max_item: usize) -> Self {
+        Self::with_opts(limit, max_item, StoreOpts::default())
+    }
+
+    /// The same with memcached's `-C`, `-M` and slab classes.
+    pub fn with_opts(limit: usize, max_item: usize, opts: StoreOpts) -> Self {
         // Enough shards for concurrency, few enough that each can hold a few max-size items.
         let want = (limit / (2 * max_item.max(1))).clamp(1, 256);
         let n = if want.is_power_of_two() {
@@ -191,7 +213,8 @@ impl Store {
             next_cas: AtomicU64::new(1),
             oldest_cas: AtomicU64::new(0),
             oldest_live: AtomicU32::new(0),
-            shard_limit: limit / n,
+            shard_limit: AtomicUsize::new(limit / n),
+            opts,
             started: Instant::now(),
             process_started: now - 2,
         }
@@ -253,7 +276,7 @@ impl Store {
         if exp != 0 && exp <= now {
             return false;
         }
-        if it.cas() < self.oldest_cas.load(Ordering::Relaxed) {
+        if it.cas() != 0 && it.cas() < self.oldest_cas.load(Ordering::Relaxed) {
             return false;
         }
         let ol = self.oldest_live.load(Ordering::Relaxed);
@@ -273,6 +296,7 @@ impl Store {
             Some(idx)
         } else {
             sh.reclaimed += 1;
+            self.count_reclaimed(sh, idx);
             self.unlink(sh, h, idx);
             None
         }
@@ -290,13 +314,17 @@ impl Store {
     }
 
     /// Inserts a new item, replacing `old` if given; evicts from the LRU tail to stay in budget.
-    fn insert(&self, sh: &mut Shard, h: u64, old: Option<u32>, item: Box<[u8]>) {
+    /// The item starts with fresh [`Meta`]; returns its slot.
+    fn insert(&self, sh: &mut Shard, h: u64, old: Option<u32>, item: Box<[u8]>) -> u32 {
         let size = ItemRef(&item).size();
-        if let Some(o) = old {
+        let fresh = Meta::fresh(self.now());
+        let slot = if let Some(o) = old {
             let prev = sh.slots[o as usize].item.replace(item).unwrap();
+            sh.slots[o as usize].meta = fresh;
             sh.bytes = sh.bytes - ItemRef(&prev).size() + size;
             lru_remove(sh, o);
             lru_push_front(sh, o);
+            o
         } else {
             let idx = match sh.free.pop() {
                 Some(i) => {
@@ -308,10 +336,12 @@ impl Store {
                         item: Some(item),
                         prev: NIL,
                         next: NIL,
+                        meta: fresh,
                     });
                     (sh.slots.len() - 1) as u32
                 }
             };
+            sh.slots[idx as usize].meta = fresh;
             let slots = &sh.slots;
             sh.table.insert_unique(h, idx, |&i| {
                 self.hash(ItemRef(slots[i as usize].item.as_deref().unwrap()).key())
@@ -319,20 +349,29 @@ impl Store {
             lru_push_front(sh, idx);
             sh.bytes += size;
             sh.items += 1;
-        }
+            idx
+        };
         sh.total_items += 1;
         let newest = sh.head;
-        while sh.bytes > self.shard_limit && sh.tail != NIL && sh.tail != newest {
+        let limit = self.shard_limit.load(Ordering::Relaxed);
+        while sh.bytes > limit && sh.tail != NIL && sh.tail != newest {
             let t = sh.tail;
             let th = self.hash(ItemRef(sh.slots[t as usize].item.as_deref().unwrap()).key());
             let now = self.now();
             if self.live(sh.slots[t as usize].item.as_deref().unwrap(), now) {
+                if !self.opts.evict {
+                    // -M: never evict; only a store that fits gets here (see `fits`).
+                    break;
+                }
                 sh.evictions += 1;
+                self.count_evicted(sh, t, now);
             } else {
                 sh.reclaimed += 1;
+                self.count_reclaimed(sh, t);
             }
             self.unlink(sh, th, t);
         }
+        slot
     }
 
     /// Calls `f` with the item for `key` if present and live; bumps it in the LRU. If `touch` is
@@ -359,10 +398,12 @@ impl Store {
             lru_remove(&mut sh, idx);
             lru_push_front(&mut sh, idx);
         }
+        sh.slots[idx as usize].meta.bump(now);
         Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
     }
 
-    /// Like [`Store::get`] but without LRU bump (for `me`).
+    /// Like [`Store::get`] but without LRU bump.
+    #[allow(dead_code)]
     pub fn peek<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
         let h = self.hash(key);
         let now = self.now();
@@ -380,13 +421,38 @@ impl Store {
         exptime: i64,
         data: &[u8],
     ) -> StoreResult {
+        let cas = match mode {
+            Mode::Cas(c) => c,
+            _ => 0,
+        };
+        self.store_with(mode, key, flags, exptime, data, cas, Meta::default())
+    }
+
+    /// memcached's `do_store_item`. `req_cas` (0: none) is compared for `Cas` (where 0 never
+    /// matches), `Append` and `Prepend`; `Add` ignores it. `extra.stale()` (ms with `I`) lets a
+    /// `Cas` with a lower CAS than the item's store anyway, as a stale item keeping its TTL and
+    /// win token; `extra.key_binary()` marks a key that was sent in base64.
+    #[allow(clippy::too_many_arguments)]
+    pub fn store_with(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+        req_cas: u64,
+        extra: Meta,
+    ) -> StoreResult {
         let h = self.hash(key);
         let now = self.now();
         let exp = self.realtime(exptime, now);
         let mut sh = self.shard(h);
         let old = self.find(&mut sh, h, key, now);
-        let cas = self.next_cas();
-        let item = match (mode, old) {
+        // With -C, items carry no CAS and a request's CAS is never seen (memcached's CAS_NONE).
+        let req_cas = if self.opts.use_cas { req_cas } else { 0 };
+        let mut meta_bits = extra.bits & meta::KEY_BINARY;
+        // (flags, exptime, old value goes before (Some(false)) or after (Some(true)) the data)
+        let (flags, exp, join): (u32, u32, Option<bool>) = match (mode, old) {
             (Mode::Add, Some(o)) => {
                 // memcached bumps the existing item on a failed add.
                 lru_remove(&mut sh, o);
@@ -395,24 +461,46 @@ impl Store {
             }
             (Mode::Replace | Mode::Append | Mode::Prepend, None) => return StoreResult::NotStored,
             (Mode::Cas(_), None) => return StoreResult::NotFound,
-            (Mode::Cas(c), Some(o)) => {
-                if ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).cas() != c {
+            (Mode::Cas(_), Some(o)) => {
+                let it = ItemRef(sh.slots[o as usize].item.as_deref().unwrap());
+                if req_cas != 0 && req_cas == it.cas() {
+                    (flags, exp, None)
+                } else if req_cas != 0 && extra.stale() && req_cas < it.cas() {
+                    meta_bits |= meta::STALE | (sh.slots[o as usize].meta.bits & meta::WON);
+                    (flags, it.exptime(), None)
+                } else {
                     return StoreResult::Exists;
                 }
-                make_item(key, flags, exp, now, cas, &[data])
             }
             (Mode::Append | Mode::Prepend, Some(o)) => {
                 let it = ItemRef(sh.slots[o as usize].item.as_deref().unwrap());
-                let parts: [&[u8]; 2] = if mode == Mode::Append {
-                    [it.value(), data]
-                } else {
-                    [data, it.value()]
-                };
-                make_item(key, it.flags(), it.exptime(), now, cas, &parts)
+                if req_cas != 0 && req_cas != it.cas() {
+                    return StoreResult::Exists;
+                }
+                (it.flags(), it.exptime(), Some(mode == Mode::Append))
+            }
+            _ => (flags, exp, None),
+        };
+        let old_len = match (join, old) {
+            (Some(_), Some(o)) => ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).value().len(),
+            _ => 0,
+        };
+        let vlen = data.len() + old_len;
+        if !self.fits(&mut sh, old, item_size(key.len(), vlen), now) {
+            self.count_outofmemory(&mut sh, key.len(), flags, vlen);
+            return StoreResult::NoMemory;
+        }
+        let cas = if self.opts.use_cas { self.next_cas() } else { 0 };
+        let item = match (join, old) {
+            (Some(after), Some(o)) => {
+                let prev = ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).value();
+                let parts: [&[u8]; 2] = if after { [prev, data] } else { [data, prev] };
+                make_item(key, flags, exp, now, cas, &parts)
             }
             _ => make_item(key, flags, exp, now, cas, &[data]),
         };
-        self.insert(&mut sh, h, old, item);
+        let slot = self.insert(&mut sh, h, old, item);
+        sh.slots[slot as usize].meta.bits |= meta_bits;
         StoreResult::Stored(cas)
     }
 
@@ -449,7 +537,7 @@ impl Store {
             return DeltaResult::NotFound;
         };
         let it = ItemRef(sh.slots[idx as usize].item.as_deref().unwrap());
-        if let Some(c) = cas {
+        if let Some(c) = cas.filter(|&c| c != 0) {
             if it.cas() != c {
                 return DeltaResult::Exists;
             }
@@ -463,7 +551,7 @@ impl Store {
             cur.saturating_sub(delta)
         };
         let digits = new.to_string();
-        let newcas = self.next_cas();
+        let newcas = if self.opts.use_cas { self.next_cas() } else { 0 };
         let old_len = it.value().len();
         if digits.len() <= old_len {
             let slot = sh.slots[idx as usize].item.as_deref_mut().unwrap();
@@ -490,8 +578,13 @@ impl Store {
 
     /// `flush_all [delay]`.
     pub fn flush_all(&self, delay: i64) {
-        if delay > 0 {
-            let now = self.now();
+        let now = self.now();
+        if !self.opts.use_cas {
+            // Without CAS, memcached invalidates by time alone: everything stored up to the
+            // second the flush takes effect, that second included.
+            let t = if delay > 0 { self.realtime(delay, now) } else { now };
+            self.oldest_live.store(t.max(1), Ordering::Relaxed);
+        } else if delay > 0 {
             let t = self.realtime(delay, now).saturating_sub(1);
             self.oldest_live.store(t.max(1), Ordering::Relaxed);
         } else {

@@ -1,0 +1,389 @@
+//! The store's memcached item state beyond key and value: access time and flag bits per item
+//! (fetched, stale, win token sent, binary key), per slab class counters, `-M` and `-C`, and
+//! the locked single-key access the meta commands need. A child module of `store`.
+
+use super::{ItemRef, Shard, Store, NIL};
+use crate::slabs::{Slabs, MAX_CLASSES};
+use inkproto::request::item_total;
+use std::sync::atomic::Ordering;
+
+/// The item was fetched since it was stored (`ITEM_FETCHED`).
+pub const FETCHED: u8 = 1;
+/// Marked stale by `md <key> I` or stored stale by `ms ... I` (`ITEM_STALE`).
+pub const STALE: u8 = 2;
+/// A client was handed the win token (`ITEM_TOKEN_SENT`).
+pub const WON: u8 = 4;
+/// The key was sent in base64 (`ITEM_KEY_BINARY`).
+pub const KEY_BINARY: u8 = 8;
+
+/// Per-item state: memcached's `it->time` (last access) and the flag bits above.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub atime: u32,
+    pub bits: u8,
+}
+
+impl Meta {
+    pub fn fresh(now: u32) -> Self {
+        Meta {
+            atime: now,
+            bits: 0,
+        }
+    }
+    /// A fetch with LRU bump: fetched, accessed now.
+    pub fn bump(&mut self, now: u32) {
+        self.bits |= FETCHED;
+        self.atime = now;
+    }
+    pub fn has(&self, b: u8) -> bool {
+        self.bits & b != 0
+    }
+    pub fn stale(&self) -> bool {
+        self.has(STALE)
+    }
+    /// For [`Store::store_with`]: store stale if the CAS is lower (ms `I`).
+    pub fn with_stale(mut self) -> Self {
+        self.bits |= STALE;
+        self
+    }
+    /// For [`Store::store_with`]: the key was base64.
+    pub fn with_key_binary(mut self) -> Self {
+        self.bits |= KEY_BINARY;
+        self
+    }
+}
+
+/// memcached settings the store follows.
+#[derive(Clone, Debug)]
+pub struct StoreOpts {
+    /// CAS values (off: `-C`).
+    pub use_cas: bool,
+    /// Evict when full (off: `-M`, answer out of memory instead).
+    pub evict: bool,
+    /// Slab classes for reporting.
+    pub slabs: Slabs,
+}
+
+impl Default for StoreOpts {
+    fn default() -> Self {
+        StoreOpts {
+            use_cas: true,
+            evict: true,
+            slabs: Slabs::new(&crate::config::Config::default()),
+        }
+    }
+}
+
+/// Counters of one slab class (memcached's `itemstats_t`), summed over shards for `stats items`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClassStats {
+    pub number: u64,
+    /// Bytes of the items (memcached's `mem_requested`: their `ITEM_ntotal`).
+    pub requested: u64,
+    /// Seconds since the least recently used item was accessed.
+    pub age: u32,
+    pub evicted: u64,
+    pub evicted_nonzero: u64,
+    pub evicted_time: u32,
+    pub evicted_unfetched: u64,
+    pub outofmemory: u64,
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+    pub crawler_reclaimed: u64,
+    pub crawler_items_checked: u64,
+}
+
+/// One live item seen by [`Store::for_each`].
+pub struct Seen<'a> {
+    pub item: ItemRef<'a>,
+    pub meta: Meta,
+    pub cls: usize,
+    pub ntotal: usize,
+}
+
+/// Locked access to one key (meta commands): see [`Store::with_entry`].
+pub struct Entry<'a> {
+    store: &'a Store,
+    sh: &'a mut Shard,
+    h: u64,
+    key: &'a [u8],
+    idx: Option<u32>,
+    pub now: u32,
+}
+
+impl Entry<'_> {
+    /// The live item, if any.
+    pub fn item(&self) -> Option<ItemRef<'_>> {
+        self.idx
+            .map(|i| ItemRef(self.sh.slots[i as usize].item.as_deref().unwrap()))
+    }
+    pub fn meta(&self) -> Meta {
+        self.idx
+            .map_or(Meta::default(), |i| self.sh.slots[i as usize].meta)
+    }
+    pub fn meta_mut(&mut self) -> Option<&mut Meta> {
+        self.idx.map(|i| &mut self.sh.slots[i as usize].meta)
+    }
+    /// Sets the exptime (relative seconds, 0 = never) of the live item.
+    pub fn set_exptime(&mut self, rel: u32) {
+        if let Some(i) = self.idx {
+            let it = self.sh.slots[i as usize].item.as_deref_mut().unwrap();
+            super::wr32(it, super::OFF_EXP, rel);
+        }
+    }
+    /// A protocol exptime as relative time.
+    pub fn realtime(&self, exptime: i64) -> u32 {
+        self.store.realtime(exptime, self.now)
+    }
+    /// Gives the live item a new CAS (0 with `-C`).
+    pub fn new_cas(&mut self) {
+        if let Some(i) = self.idx {
+            let cas = if self.store.opts.use_cas {
+                self.store.next_cas()
+            } else {
+                0
+            };
+            let it = self.sh.slots[i as usize].item.as_deref_mut().unwrap();
+            it[super::OFF_CAS..super::OFF_CAS + 8].copy_from_slice(&cas.to_le_bytes());
+        }
+    }
+    /// Creates an empty item (mg `N`), unless the memory is full under `-M`. True if created.
+    pub fn vivify(&mut self, exptime_rel: u32, key_binary: bool) -> bool {
+        if self.idx.is_some() {
+            return false;
+        }
+        if !self.store.fits(self.sh, None, super::item_size(self.key.len(), 0), self.now) {
+            return false;
+        }
+        let cas = if self.store.opts.use_cas {
+            self.store.next_cas()
+        } else {
+            0
+        };
+        let item = super::make_item(self.key, 0, exptime_rel, self.now, cas, &[]);
+        let i = self.store.insert(self.sh, self.h, None, item);
+        if key_binary {
+            self.sh.slots[i as usize].meta.bits |= KEY_BINARY;
+        }
+        self.idx = Some(i);
+        true
+    }
+    /// LRU bump of a fetch: marks the item fetched and accessed now.
+    pub fn bump(&mut self) {
+        if let Some(i) = self.idx {
+            super::lru_remove(self.sh, i);
+            super::lru_push_front(self.sh, i);
+            let now = self.now;
+            self.sh.slots[i as usize].meta.bump(now);
+        }
+    }
+    /// Removes the live item.
+    pub fn unlink(&mut self) {
+        if let Some(i) = self.idx.take() {
+            self.store.unlink(self.sh, self.h, i);
+        }
+    }
+    /// memcached's class id of the live item.
+    pub fn class(&self) -> usize {
+        self.item().map_or(0, |it| self.store.class_of(&it).0)
+    }
+    pub fn ntotal(&self) -> usize {
+        self.item().map_or(0, |it| self.store.class_of(&it).1)
+    }
+}
+
+impl Store {
+    /// memcached's class of an item and its `ITEM_ntotal`.
+    pub fn class_of(&self, it: &ItemRef<'_>) -> (usize, usize) {
+        let n = item_total(
+            it.key().len(),
+            it.flags(),
+            it.value().len(),
+            self.opts.use_cas,
+        );
+        (self.opts.slabs.class_of(n).max(1), n)
+    }
+
+    fn class_mut<'s>(&self, sh: &'s mut Shard, cls: usize) -> &'s mut ClassStats {
+        if sh.classes.is_empty() {
+            sh.classes = vec![ClassStats::default(); MAX_CLASSES];
+        }
+        &mut sh.classes[cls.min(MAX_CLASSES - 1)]
+    }
+
+    pub(super) fn count_evicted(&self, sh: &mut Shard, idx: u32, now: u32) {
+        let slot = &sh.slots[idx as usize];
+        let it = ItemRef(slot.item.as_deref().unwrap());
+        let (cls, _) = self.class_of(&it);
+        let (nonzero, meta) = (it.exptime() != 0, slot.meta);
+        let c = self.class_mut(sh, cls);
+        c.evicted += 1;
+        c.evicted_nonzero += u64::from(nonzero);
+        c.evicted_time = now.saturating_sub(meta.atime);
+        c.evicted_unfetched += u64::from(!meta.has(FETCHED));
+    }
+
+    pub(super) fn count_reclaimed(&self, sh: &mut Shard, idx: u32) {
+        let slot = &sh.slots[idx as usize];
+        let (cls, _) = self.class_of(&ItemRef(slot.item.as_deref().unwrap()));
+        let unfetched = !slot.meta.has(FETCHED);
+        let c = self.class_mut(sh, cls);
+        c.reclaimed += 1;
+        c.expired_unfetched += u64::from(unfetched);
+    }
+
+    pub(super) fn count_outofmemory(&self, sh: &mut Shard, klen: usize, flags: u32, vlen: usize) {
+        let n = item_total(klen, flags, vlen, self.opts.use_cas);
+        let cls = self.opts.slabs.class_of(n).max(1);
+        self.class_mut(sh, cls).outofmemory += 1;
+    }
+
+    /// Under `-M`: whether an item of `size` bytes (replacing `old`) fits, after dropping
+    /// expired items from the LRU tail (memcached still reclaims those). Always true otherwise.
+    pub(super) fn fits(&self, sh: &mut Shard, old: Option<u32>, size: usize, now: u32) -> bool {
+        if self.opts.evict {
+            return true;
+        }
+        let limit = self.shard_limit.load(Ordering::Relaxed);
+        let freed = old.map_or(0, |o| ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).size());
+        let mut looked = 0;
+        while sh.bytes + size > limit + freed && sh.tail != NIL && looked < 50 {
+            let t = sh.tail;
+            looked += 1;
+            if Some(t) == old || self.live(sh.slots[t as usize].item.as_deref().unwrap(), now) {
+                break;
+            }
+            let th = self.hash(ItemRef(sh.slots[t as usize].item.as_deref().unwrap()).key());
+            sh.reclaimed += 1;
+            self.count_reclaimed(sh, t);
+            self.unlink(sh, th, t);
+        }
+        sh.bytes + size <= limit + freed
+    }
+
+    /// Runs `f` with locked access to `key` (its live item, if any), as memcached's meta
+    /// commands hold the item lock: nothing else changes the key meanwhile.
+    pub fn with_entry<R>(&self, key: &[u8], f: impl FnOnce(&mut Entry<'_>) -> R) -> R {
+        let h = self.hash(key);
+        let now = self.now();
+        let mut sh = self.shard(h);
+        let idx = self.find(&mut sh, h, key, now);
+        let mut e = Entry {
+            store: self,
+            sh: &mut sh,
+            h,
+            key,
+            idx,
+            now,
+        };
+        f(&mut e)
+    }
+
+    /// Calls `f` for every live item (shard by shard, each locked meanwhile) until it returns
+    /// false. Expired and flushed items are skipped.
+    pub fn for_each(&self, mut f: impl FnMut(&Seen<'_>) -> bool) {
+        let now = self.now();
+        for s in self.shards.iter() {
+            let sh = s.lock().unwrap_or_else(|p| p.into_inner());
+            // Least recently used first, as memcached's dumps walk from the LRU tail.
+            let mut i = sh.tail;
+            while i != NIL {
+                let slot = &sh.slots[i as usize];
+                let it = ItemRef(slot.item.as_deref().unwrap());
+                if self.live(slot.item.as_deref().unwrap(), now) {
+                    let (cls, ntotal) = self.class_of(&it);
+                    let seen = Seen {
+                        item: it,
+                        meta: slot.meta,
+                        cls,
+                        ntotal,
+                    };
+                    if !f(&seen) {
+                        return;
+                    }
+                }
+                i = slot.prev;
+            }
+        }
+    }
+
+    /// The LRU crawler: drops expired and flushed items of the given classes (all if empty);
+    /// returns how many it checked and dropped.
+    pub fn crawl(&self, classes: &[usize]) -> (u64, u64) {
+        let now = self.now();
+        let (mut checked, mut dropped) = (0, 0);
+        for s in self.shards.iter() {
+            let mut sh = s.lock().unwrap_or_else(|p| p.into_inner());
+            let mut i = sh.tail;
+            while i != NIL {
+                let prev = sh.slots[i as usize].prev;
+                let it = ItemRef(sh.slots[i as usize].item.as_deref().unwrap());
+                let (cls, _) = self.class_of(&it);
+                if classes.is_empty() || classes.contains(&cls) {
+                    checked += 1;
+                    self.class_mut(&mut sh, cls).crawler_items_checked += 1;
+                    if !self.live(sh.slots[i as usize].item.as_deref().unwrap(), now) {
+                        let h = self.hash(ItemRef(sh.slots[i as usize].item.as_deref().unwrap()).key());
+                        sh.reclaimed += 1;
+                        self.class_mut(&mut sh, cls).crawler_reclaimed += 1;
+                        self.unlink(&mut sh, h, i);
+                        dropped += 1;
+                    }
+                }
+                i = prev;
+            }
+        }
+        (checked, dropped)
+    }
+
+    /// Per class counters, index = class id (live items counted now).
+    pub fn class_stats(&self) -> Vec<ClassStats> {
+        let now = self.now();
+        let mut out = vec![ClassStats::default(); MAX_CLASSES];
+        let mut oldest = vec![u32::MAX; MAX_CLASSES];
+        for s in self.shards.iter() {
+            let sh = s.lock().unwrap_or_else(|p| p.into_inner());
+            for (o, c) in out.iter_mut().zip(&sh.classes) {
+                o.evicted += c.evicted;
+                o.evicted_nonzero += c.evicted_nonzero;
+                o.evicted_time = o.evicted_time.max(c.evicted_time);
+                o.evicted_unfetched += c.evicted_unfetched;
+                o.outofmemory += c.outofmemory;
+                o.reclaimed += c.reclaimed;
+                o.expired_unfetched += c.expired_unfetched;
+                o.crawler_reclaimed += c.crawler_reclaimed;
+                o.crawler_items_checked += c.crawler_items_checked;
+            }
+            for slot in sh.slots.iter() {
+                let Some(item) = slot.item.as_deref() else {
+                    continue;
+                };
+                let (cls, n) = self.class_of(&ItemRef(item));
+                out[cls].number += 1;
+                out[cls].requested += n as u64;
+                oldest[cls] = oldest[cls].min(slot.meta.atime);
+            }
+        }
+        for (o, t) in out.iter_mut().zip(oldest) {
+            if t != u32::MAX {
+                o.age = now.saturating_sub(t);
+            }
+        }
+        out
+    }
+
+    /// `cache_memlimit`: a new memory limit in bytes (items beyond it go as stores need room).
+    pub fn set_limit(&self, limit: usize) {
+        self.shard_limit
+            .store(limit / self.shards.len(), Ordering::Relaxed);
+    }
+
+    /// The CAS the next stored item gets.
+    pub fn peek_next_cas(&self) -> u64 {
+        self.next_cas.load(Ordering::Relaxed)
+    }
+
+    pub fn slabs(&self) -> &Slabs {
+        &self.opts.slabs
+    }
+}
