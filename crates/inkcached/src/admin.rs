@@ -162,24 +162,22 @@ fn lru(sh: &Shared, t: &[&[u8]], n: usize, say: &mut impl FnMut(&str)) {
     // memcached answers `lru mode` and `lru temp_ttl` only with its LRU maintainer thread;
     // inkcached's LRU is flat, as memcached's is without it.
     match t[1] {
-        b"tune" if n >= 7 => {
-            match (strtoul32(t[2]), strtoul32(t[3]), strtod(t[4]), strtod(t[5])) {
-                (Some(h), Some(w), Some(hf), Some(wf)) => {
-                    if h + w > 80 {
-                        say("ERROR hot and warm pcts must not exceed 80");
-                    } else if wf <= 0.0 || hf <= 0.0 {
-                        say("ERROR hot/warm age factors must be greater than 0");
-                    } else {
-                        rt.hot_lru_pct.store(h, Ordering::Relaxed);
-                        rt.warm_lru_pct.store(w, Ordering::Relaxed);
-                        rt.hot_max_factor.store(hf.to_bits(), Ordering::Relaxed);
-                        rt.warm_max_factor.store(wf.to_bits(), Ordering::Relaxed);
-                        say("OK");
-                    }
+        b"tune" if n >= 7 => match (strtoul32(t[2]), strtoul32(t[3]), strtod(t[4]), strtod(t[5])) {
+            (Some(h), Some(w), Some(hf), Some(wf)) => {
+                if h + w > 80 {
+                    say("ERROR hot and warm pcts must not exceed 80");
+                } else if wf <= 0.0 || hf <= 0.0 {
+                    say("ERROR hot/warm age factors must be greater than 0");
+                } else {
+                    rt.hot_lru_pct.store(h, Ordering::Relaxed);
+                    rt.warm_lru_pct.store(w, Ordering::Relaxed);
+                    rt.hot_max_factor.store(hf.to_bits(), Ordering::Relaxed);
+                    rt.warm_max_factor.store(wf.to_bits(), Ordering::Relaxed);
+                    say("OK");
                 }
-                _ => say("ERROR"),
             }
-        }
+            _ => say("ERROR"),
+        },
         _ => say("ERROR"),
     }
 }
@@ -254,7 +252,9 @@ fn stats(sh: &Arc<Shared>, ctx: &Ctx, t: &[&[u8]], out: &mut Vec<u8>) -> Next {
             } else {
                 if sh.rt.sizes_cas_min.load(Ordering::Relaxed) == u64::MAX {
                     // like memcached, count the items stored from now on
-                    sh.rt.sizes_cas_min.store(sh.store.peek_next_cas(), Ordering::Relaxed);
+                    sh.rt
+                        .sizes_cas_min
+                        .store(sh.store.peek_next_cas(), Ordering::Relaxed);
                 }
                 resp::stat(out, "sizes_status", "enabled");
             }
@@ -344,16 +344,24 @@ fn general(sh: &Shared, out: &mut Vec<u8>) {
     }
     s(out, "bytes_read", &v(C::bytes_read));
     s(out, "bytes_written", &v(C::bytes_written));
-    s(out, "limit_maxbytes", &sh.rt.maxbytes.load(Ordering::Relaxed));
+    s(
+        out,
+        "limit_maxbytes",
+        &sh.rt.maxbytes.load(Ordering::Relaxed),
+    );
     s(out, "accepting_conns", &1);
     s(out, "listen_disabled_num", &v(C::listen_disabled_num));
     s(out, "threads", &sh.cfg.threads);
     s(out, "conn_yields", &v(C::conn_yields));
     if sh.cfg.lru_crawler {
         s(out, "lru_crawler_running", &0);
-        s(out, "lru_crawler_starts", &sh.rt.crawler_starts.load(Ordering::Relaxed));
+        s(
+            out,
+            "lru_crawler_starts",
+            &sh.rt.crawler_starts.load(Ordering::Relaxed),
+        );
     }
-    s(out, "log_watchers", &sh.watch.count());
+    s(out, "log_watchers", &crate::watch::WATCH.count());
     s(out, "bytes", &ss.bytes);
     s(out, "curr_items", &ss.curr_items);
     s(out, "total_items", &ss.total_items);
@@ -364,7 +372,11 @@ fn general(sh: &Shared, out: &mut Vec<u8>) {
     s(out, "evictions", &ss.evictions);
     s(out, "reclaimed", &ss.reclaimed);
     s(out, "crawler_reclaimed", &sum(|c| c.crawler_reclaimed));
-    s(out, "crawler_items_checked", &sum(|c| c.crawler_items_checked));
+    s(
+        out,
+        "crawler_items_checked",
+        &sum(|c| c.crawler_items_checked),
+    );
     s(out, "store_shards", &store.shard_count());
 }
 
@@ -382,33 +394,65 @@ fn settings(sh: &Shared, out: &mut Vec<u8>) {
     s(out, "verbosity", &rt.verbosity.load(Ordering::Relaxed));
     s(out, "oldest", &0);
     s(out, "evictions", &if c.evict { "on" } else { "off" });
-    s(out, "domain_socket", &c.socket_path.as_deref().unwrap_or("NULL"));
+    s(
+        out,
+        "domain_socket",
+        &c.socket_path.as_deref().unwrap_or("NULL"),
+    );
     s(out, "umask", &format!("{:o}", c.unix_mask));
     s(out, "shutdown_command", &yn(c.shutdown_enabled));
     s(out, "growth_factor", &format!("{:.2}", c.factor));
     s(out, "chunk_size", &c.chunk_size);
     s(out, "num_threads", &c.threads);
-    let per_udp = if c.listen.as_deref().is_some_and(|l| l.contains(',')) { 1 } else { c.threads };
+    let per_udp = if c.listen.as_deref().is_some_and(|l| l.contains(',')) {
+        1
+    } else {
+        c.threads
+    };
     s(out, "num_threads_per_udp", &per_udp);
     s(out, "stat_key_prefix", &(c.prefix_delimiter as char));
-    s(out, "detail_enabled", &yn(rt.detail.load(Ordering::Relaxed)));
+    s(
+        out,
+        "detail_enabled",
+        &yn(rt.detail.load(Ordering::Relaxed)),
+    );
     s(out, "reqs_per_event", &c.reqs_per_event);
     s(out, "cas_enabled", &yn(c.use_cas));
     s(out, "tcp_backlog", &c.backlog);
     s(out, "binding_protocol", &c.protocol.name());
     s(out, "auth_enabled_sasl", &"no");
-    s(out, "auth_enabled_ascii", &c.auth_file.as_deref().unwrap_or("no"));
+    s(
+        out,
+        "auth_enabled_ascii",
+        &c.auth_file.as_deref().unwrap_or("no"),
+    );
     s(out, "item_size_max", &c.item_size_max);
     s(out, "maxconns_fast", &yn(c.maxconns_fast));
     s(out, "hashpower_init", &c.hashpower_init);
     s(out, "slab_reassign", &yn(c.slab_reassign));
-    s(out, "slab_automove", &rt.slab_automove.load(Ordering::Relaxed));
+    s(
+        out,
+        "slab_automove",
+        &rt.slab_automove.load(Ordering::Relaxed),
+    );
     s(out, "slab_automove_ratio", &f2(&rt.automove_ratio));
     s(out, "slab_automove_window", &c.slab_automove_window);
     s(out, "slab_chunk_max", &c.slab_chunk_max);
-    s(out, "lru_crawler", &yn(rt.lru_crawler.load(Ordering::Relaxed)));
-    s(out, "lru_crawler_sleep", &rt.crawler_sleep.load(Ordering::Relaxed));
-    s(out, "lru_crawler_tocrawl", &rt.crawler_tocrawl.load(Ordering::Relaxed));
+    s(
+        out,
+        "lru_crawler",
+        &yn(rt.lru_crawler.load(Ordering::Relaxed)),
+    );
+    s(
+        out,
+        "lru_crawler_sleep",
+        &rt.crawler_sleep.load(Ordering::Relaxed),
+    );
+    s(
+        out,
+        "lru_crawler_tocrawl",
+        &rt.crawler_tocrawl.load(Ordering::Relaxed),
+    );
     s(out, "tail_repair_time", &c.tail_repair_time);
     s(out, "flush_enabled", &yn(c.flush_enabled));
     s(out, "dump_enabled", &yn(c.dump_enabled));
@@ -417,16 +461,28 @@ fn settings(sh: &Shared, out: &mut Vec<u8>) {
     s(out, "lru_maintainer_thread", &"no");
     s(out, "lru_segmented", &"no");
     s(out, "hot_lru_pct", &rt.hot_lru_pct.load(Ordering::Relaxed));
-    s(out, "warm_lru_pct", &rt.warm_lru_pct.load(Ordering::Relaxed));
+    s(
+        out,
+        "warm_lru_pct",
+        &rt.warm_lru_pct.load(Ordering::Relaxed),
+    );
     s(out, "hot_max_factor", &f2(&rt.hot_max_factor));
     s(out, "warm_max_factor", &f2(&rt.warm_max_factor));
     s(out, "temp_lru", &yn(rt.temp_lru.load(Ordering::Relaxed)));
-    s(out, "temporary_ttl", &rt.temporary_ttl.load(Ordering::Relaxed));
+    s(
+        out,
+        "temporary_ttl",
+        &rt.temporary_ttl.load(Ordering::Relaxed),
+    );
     s(out, "idle_timeout", &c.idle_timeout);
     s(out, "watcher_logbuf_size", &c.watcher_logbuf_size);
     s(out, "worker_logbuf_size", &c.worker_logbuf_size);
     s(out, "read_buf_mem_limit", &c.read_buf_mem_limit);
-    s(out, "track_sizes", &yn(rt.sizes_cas_min.load(Ordering::Relaxed) != u64::MAX));
+    s(
+        out,
+        "track_sizes",
+        &yn(rt.sizes_cas_min.load(Ordering::Relaxed) != u64::MAX),
+    );
     s(out, "inline_ascii_response", &"no");
     s(out, "num_napi_ids", &c.napi_ids);
     s(out, "memory_file", &"(null)");
@@ -453,7 +509,7 @@ fn cachedump(sh: &Shared, t: &[&[u8]], out: &mut Vec<u8>) {
     let started = sh.store.process_started();
     let mut shown = 0u32;
     let mut bytes = 0usize;
-    sh.store.for_each(|seen| {
+    sh.store.for_each(true, |seen| {
         if limit != 0 && shown >= limit {
             return false;
         }
@@ -507,30 +563,39 @@ fn items(sh: &Shared, out: &mut Vec<u8>) {
 
 fn slabs(sh: &Shared, out: &mut Vec<u8>) {
     let sl = sh.store.slabs();
+    let page = u64::from(sl.page_size());
     let mut active = 0;
-    let mut malloced = 0u64;
+    let mut pages_total = 0u64;
     for (i, c) in sh.store.class_stats().iter().enumerate() {
         if c.number == 0 {
             continue;
         }
         active += 1;
+        // memcached's pages: the items of a class packed in chunks of its size
         let per = u64::from(sl.per_page(i).max(1));
         let pages = c.number.div_ceil(per);
-        let size = u64::from(sl.chunk_size(i));
-        malloced += c.requested;
+        pages_total += pages;
         let mut s = |name: &str, v: u64| {
             let _ = write!(VecWriter(out), "STAT {i}:{name} {v}\r\n");
         };
-        s("chunk_size", size);
+        s("chunk_size", u64::from(sl.chunk_size(i)));
         s("chunks_per_page", per);
         s("total_pages", pages);
         s("total_chunks", pages * per);
         s("used_chunks", c.number);
         s("free_chunks", pages * per - c.number);
         s("free_chunks_end", 0);
+        s("get_hits", c.get_hits);
+        s("cmd_set", c.cmd_set);
+        s("delete_hits", c.delete_hits);
+        s("incr_hits", c.incr_hits);
+        s("decr_hits", c.decr_hits);
+        s("cas_hits", c.cas_hits);
+        s("cas_badval", c.cas_badval);
+        s("touch_hits", c.touch_hits);
     }
     resp::stat(out, "active_slabs", active);
-    resp::stat(out, "total_malloced", malloced);
+    resp::stat(out, "total_malloced", pages_total * page);
 }
 
 fn sizes(sh: &Shared, out: &mut Vec<u8>) {
@@ -542,7 +607,7 @@ fn sizes(sh: &Shared, out: &mut Vec<u8>) {
     // memcached's histogram: item totals rounded up to 32 bytes, of items stored since
     // tracking began.
     let mut h = std::collections::BTreeMap::new();
-    sh.store.for_each(|seen| {
+    sh.store.for_each(false, |seen| {
         if seen.item.cas() >= min {
             *h.entry(seen.ntotal.div_ceil(32) * 32).or_insert(0u64) += 1;
         }

@@ -21,15 +21,20 @@ pub enum State {
 /// Loads the auth file: Err(message) as memcached words it.
 pub fn load(path: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
     let data = std::fs::read(path).map_err(|e| {
-        format!("Could not open authfile [{path}] for reading, error {e}")
+        // memcached's words, with its strerror twice
+        let m = std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)).to_string();
+        let m = m.split(" (os error").next().unwrap_or_default().to_string();
+        format!("Could not open authfile [{path}] for reading, error {m}: {m}")
     })?;
     let mut out = Vec::new();
-    for line in data.split(|&b| b == b'\n') {
+    let lines: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+    for (i, line) in lines.iter().enumerate() {
         if out.len() == 8 {
             break;
         }
-        if line.is_empty() {
-            continue;
+        if line.is_empty() && i + 1 == lines.len() {
+            // the end of the last line
+            break;
         }
         let Some(c) = line.iter().position(|&b| b == b':') else {
             return Err(format!(
@@ -44,7 +49,13 @@ pub fn load(path: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
 }
 
 /// One step of authentication over `buf`: bytes used (0: need more), or None to close.
-pub fn step(sh: &Shared, st: &WorkerStats, state: &mut State, buf: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+pub fn step(
+    sh: &Shared,
+    st: &WorkerStats,
+    state: &mut State,
+    buf: &[u8],
+    out: &mut Vec<u8>,
+) -> Option<usize> {
     match *state {
         State::Done => Some(0),
         State::Line => {

@@ -17,7 +17,11 @@ pub enum Step {
     /// Not all of the request is there yet.
     NeedMore,
     /// `used` bytes were consumed, then `swallow` more are to be dropped from the stream.
-    Done { used: usize, swallow: usize, next: Next },
+    Done {
+        used: usize,
+        swallow: usize,
+        next: Next,
+    },
 }
 
 fn done(used: usize, next: Next) -> Step {
@@ -37,13 +41,31 @@ struct Reply<'o> {
 
 impl Reply<'_> {
     fn ok(&mut self, cas: u64, extras: &[u8], key: &[u8], value: &[u8]) {
-        binary::response(self.out, self.opcode, status::OK, self.opaque, cas, extras, key, value);
+        binary::response(
+            self.out,
+            self.opcode,
+            status::OK,
+            self.opaque,
+            cas,
+            extras,
+            key,
+            value,
+        );
     }
     fn err(&mut self, s: u16) {
         binary::error(self.out, self.opcode, s, self.opaque);
     }
     fn err_msg(&mut self, s: u16, msg: &str) {
-        binary::response(self.out, self.opcode, s, self.opaque, 0, &[], &[], msg.as_bytes());
+        binary::response(
+            self.out,
+            self.opcode,
+            s,
+            self.opaque,
+            0,
+            &[],
+            &[],
+            msg.as_bytes(),
+        );
     }
 }
 
@@ -153,20 +175,40 @@ pub fn step(sh: &Arc<Shared>, w: usize, limits: &Limits, buf: &[u8], out: &mut V
             let exptime = touch.then(|| i64::from(be32(extras)));
             let hit = store.get(key, exptime, |it| {
                 let flags = it.flags().to_be_bytes();
-                let value = if cmd == op::TOUCH { &[][..] } else { it.value() };
+                let value = if cmd == op::TOUCH {
+                    &[][..]
+                } else {
+                    it.value()
+                };
                 r.ok(it.cas(), &flags, if with_key { key } else { &[] }, value);
             });
             if touch {
                 st.inc(C::cmd_touch);
-                st.inc(if hit.is_some() { C::touch_hits } else { C::touch_misses });
+                st.inc(if hit.is_some() {
+                    C::touch_hits
+                } else {
+                    C::touch_misses
+                });
             } else {
                 st.inc(C::cmd_get);
-                st.inc(if hit.is_some() { C::get_hits } else { C::get_misses });
-                crate::watch::fetch(sh, key, hit.is_some());
+                st.inc(if hit.is_some() {
+                    C::get_hits
+                } else {
+                    C::get_misses
+                });
             }
             if hit.is_none() && !quiet {
                 if with_key {
-                    binary::response(r.out, h.opcode, status::KEY_ENOENT, h.opaque, 0, &[], key, &[]);
+                    binary::response(
+                        r.out,
+                        h.opcode,
+                        status::KEY_ENOENT,
+                        h.opaque,
+                        0,
+                        &[],
+                        key,
+                        &[],
+                    );
                 } else {
                     r.err(status::KEY_ENOENT);
                 }
@@ -195,7 +237,7 @@ pub fn step(sh: &Arc<Shared>, w: usize, limits: &Limits, buf: &[u8], out: &mut V
                 r.err(status::E2BIG);
                 st.inc(C::store_too_large);
                 if cmd == op::SET {
-                    let _ = store.delete(key, None);
+                    store.unlink_key(key);
                 }
                 return Step::Done {
                     used: head,
@@ -222,7 +264,6 @@ pub fn step(sh: &Arc<Shared>, w: usize, limits: &Limits, buf: &[u8], out: &mut V
                     _ => {}
                 }
             }
-            crate::watch::mutation(sh, key, res);
             match res {
                 StoreResult::Stored(cas) => {
                     if !quiet {
@@ -234,7 +275,7 @@ pub fn step(sh: &Arc<Shared>, w: usize, limits: &Limits, buf: &[u8], out: &mut V
                 StoreResult::NoMemory => {
                     st.inc(C::store_no_memory);
                     if cmd == op::SET {
-                        let _ = store.delete(key, None);
+                        store.unlink_key(key);
                     }
                     r.err_msg(status::ENOMEM, "Out of memory allocating item");
                 }
@@ -280,7 +321,15 @@ pub fn step(sh: &Arc<Shared>, w: usize, limits: &Limits, buf: &[u8], out: &mut V
                 DeltaResult::Exists => r.err(status::KEY_EEXISTS),
                 DeltaResult::NotFound if exp != 0xffff_ffff => {
                     let digits = initial.to_string();
-                    match store.store_with(Mode::Add, key, 0, i64::from(exp), digits.as_bytes(), 0, Default::default()) {
+                    match store.store_with(
+                        Mode::Add,
+                        key,
+                        0,
+                        i64::from(exp),
+                        digits.as_bytes(),
+                        0,
+                        Default::default(),
+                    ) {
                         StoreResult::Stored(cas) => {
                             if !quiet {
                                 r.ok(cas, &[], &[], &initial.to_be_bytes());

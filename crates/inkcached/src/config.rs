@@ -1,7 +1,7 @@
 //! inkcached's command line: memcached 1.6's whole flag set, parsed as memcached parses it.
 //!
 //! memcached uses `getopt_long` (clustered short flags `-vvv`, attached values `-p11211`,
-//! unambiguous long prefixes `--mem=64`) and `getsubopt` for `-o key[=value],...`; it refuses
+//! unambiguous long prefixes `--memory-l=64`) and `getsubopt` for `-o key[=value],...`; it refuses
 //! values with its own messages and exit codes. inkcached accepts the same lines and refuses
 //! the same values the same way, so that an existing memcached command line can start it. The
 //! parsing is hand-written for that reason (a generic parser's messages and exit codes differ).
@@ -299,7 +299,7 @@ fn getopt(prog: &str, args: &[String]) -> Result<Vec<(char, Option<String>)>, Re
                 (None, 1) => hits[0],
                 (None, 0) => return bad(format!("unrecognized option '--{name}'")),
                 (None, _) => {
-                    let mut m = format!("option '--{name}' is ambiguous; possibilities:");
+                    let mut m = format!("option '{a}' is ambiguous; possibilities:");
                     for h in &hits {
                         let _ = write!(m, " '--{}'", h.0);
                     }
@@ -462,7 +462,8 @@ pub fn parse(args: &[String]) -> Result<Action, Refusal> {
             }
             'L' => {
                 c.large_pages = true;
-                c.inert.push("-L (items are allocated one by one; no large pages)".into());
+                c.inert
+                    .push("-L (items are allocated one by one; no large pages)".into());
             }
             'C' => c.use_cas = false,
             'b' => c.backlog = atoi(&v),
@@ -513,7 +514,9 @@ pub fn parse(args: &[String]) -> Result<Action, Refusal> {
 
 fn octal_prefix(s: &str) -> &str {
     let s = s.trim_start();
-    let end = s.find(|ch: char| !('0'..='7').contains(&ch)).unwrap_or(s.len());
+    let end = s
+        .find(|ch: char| !('0'..='7').contains(&ch))
+        .unwrap_or(s.len());
     if end == 0 {
         "0"
     } else {
@@ -554,14 +557,23 @@ fn suboption(
         "hashpower" => {
             c.hashpower_init = atoi(need("Missing numeric argument for hashpower")?);
             if c.hashpower_init < 12 {
-                return refuse(1, format!("Initial hashtable multiplier of {} is too low", c.hashpower_init));
+                return refuse(
+                    1,
+                    format!(
+                        "Initial hashtable multiplier of {} is too low",
+                        c.hashpower_init
+                    ),
+                );
             }
             if c.hashpower_init > 32 {
                 return refuse(1, format!("Initial hashtable multiplier of {} is too high\nChoose a value based on \"STAT hash_power_level\" from a running instance", c.hashpower_init));
             }
-            c.inert.push(format!("-o {sub} (the hash table grows as needed)"));
+            c.inert
+                .push(format!("-o {sub} (the hash table grows as needed)"));
         }
-        "no_hashexpand" => c.inert.push(format!("-o {sub} (the hash table grows as needed)")),
+        "no_hashexpand" => c
+            .inert
+            .push(format!("-o {sub} (the hash table grows as needed)")),
         "slab_reassign" => c.slab_reassign = true,
         "no_slab_reassign" => c.slab_reassign = false,
         "slab_automove" => {
@@ -695,7 +707,8 @@ fn suboption(
         }
         "drop_privileges" => {
             c.drop_privileges = true;
-            c.inert.push(format!("-o {sub} (no seccomp filter in inkcached)"));
+            c.inert
+                .push(format!("-o {sub} (no seccomp filter in inkcached)"));
         }
         "no_drop_privileges" => c.drop_privileges = false,
         "resp_obj_mem_limit" => {
@@ -709,7 +722,9 @@ fn suboption(
                     msg: "could not parse argument to read_buf_mem_limit".into(),
                 })?
                 .wrapping_mul(1 << 20);
-            c.inert.push(format!("-o {sub} (buffers are per connection and shrink when idle)"));
+            c.inert.push(format!(
+                "-o {sub} (buffers are per connection and shrink when idle)"
+            ));
         }
         k if EXT_KEYS.contains(&k) => c.ext_opts.push((k.into(), val.map(str::to_string))),
         _ => return refuse(1, format!("Illegal suboption \"{sub}\"")),
@@ -740,10 +755,16 @@ fn validate(
         return refuse(EX_USAGE, "Item max size cannot be less than 1024 bytes.");
     }
     if ism as usize > c.maxbytes / 2 {
-        return refuse(EX_USAGE, "Cannot set item size limit higher than 1/2 of memory max.");
+        return refuse(
+            EX_USAGE,
+            "Cannot set item size limit higher than 1/2 of memory max.",
+        );
     }
     if ism > 1 << 30 {
-        return refuse(EX_USAGE, "Cannot set item size limit higher than a gigabyte.");
+        return refuse(
+            EX_USAGE,
+            "Cannot set item size limit higher than a gigabyte.",
+        );
     }
     if ism > 1 << 20 && !slab_chunk_changed {
         c.slab_chunk_max = c.slab_page_size / 2;
@@ -774,10 +795,16 @@ fn validate(
         c.slab_sizes = Some(parse_slab_sizes(c, &s)?);
     }
     if c.hot_lru_pct + c.warm_lru_pct > 80 {
-        return refuse(EX_USAGE, "hot_lru_pct + warm_lru_pct cannot be more than 80% combined");
+        return refuse(
+            EX_USAGE,
+            "hot_lru_pct + warm_lru_pct cannot be more than 80% combined",
+        );
     }
     if c.temp_lru && !c.lru_maintainer {
-        return refuse(EX_USAGE, "temporary_ttl requires lru_maintainer to be enabled");
+        return refuse(
+            EX_USAGE,
+            "temporary_ttl requires lru_maintainer to be enabled",
+        );
     }
     if c.auth_file.is_some() {
         if !protocol_specified {
@@ -810,14 +837,23 @@ fn parse_slab_sizes(c: &Config, s: &str) -> Result<Vec<u32>, Refusal> {
     for p in s.split('-').filter(|p| !p.is_empty()) {
         let size = inkproto::num::strtoul32(p.as_bytes());
         let sz = size.unwrap_or(0);
-        if size.is_none() || (sz as i64) < i64::from(c.chunk_size) || sz as i64 > i64::from(c.slab_chunk_max) {
+        if size.is_none()
+            || (sz as i64) < i64::from(c.chunk_size)
+            || sz as i64 > i64::from(c.slab_chunk_max)
+        {
             return refuse(EX_USAGE, format!("slab size {sz} is out of valid range"));
         }
         if last >= sz {
-            return refuse(EX_USAGE, format!("slab size {sz} cannot be lower than or equal to a previous class size"));
+            return refuse(
+                EX_USAGE,
+                format!("slab size {sz} cannot be lower than or equal to a previous class size"),
+            );
         }
         if sz <= last + 8 {
-            return refuse(EX_USAGE, format!("slab size {sz} must be at least 8 bytes larger than previous class"));
+            return refuse(
+                EX_USAGE,
+                format!("slab size {sz} must be at least 8 bytes larger than previous class"),
+            );
         }
         out.push(sz);
         last = sz;
@@ -909,8 +945,10 @@ mod tests {
 
     #[test]
     fn production_line() {
-        let c = run("-m 1024 -c 4096 -t 4 -U 11211 -o modern,lru_crawler,slab_reassign -B auto -R 20 -v")
-            .unwrap();
+        let c = run(
+            "-m 1024 -c 4096 -t 4 -U 11211 -o modern,lru_crawler,slab_reassign -B auto -R 20 -v",
+        )
+        .unwrap();
         assert_eq!((c.maxbytes, c.maxconns, c.threads), (1 << 30, 4096, 4));
         assert_eq!((c.port, c.udp_port, c.reqs_per_event), (11211, 11211, 20));
         assert_eq!((c.protocol, c.verbose), (Proto::Auto, 1));
@@ -918,33 +956,68 @@ mod tests {
 
     #[test]
     fn getopt_forms() {
-        let c = run("-vvv -p11212 --mem=32 --threads 2 -MC -o ext_path=/x:1g,ext_item_size=10").unwrap();
-        assert_eq!((c.verbose, c.port, c.maxbytes, c.threads), (3, 11212, 32 << 20, 2));
+        let c =
+            run("-vvv -p11212 --memory-l=32 --threads 2 -MC -o ext_path=/x:1g,ext_item_size=10")
+                .unwrap();
+        assert_eq!(
+            (c.verbose, c.port, c.maxbytes, c.threads),
+            (3, 11212, 32 << 20, 2)
+        );
         assert!(!c.evict && !c.use_cas);
         assert_eq!(c.ext_opts.len(), 2);
         assert_eq!(c.ext_opts[0], ("ext_path".into(), Some("/x:1g".into())));
         assert_eq!(run("-U 5").unwrap().port, 5);
-        assert_eq!(run("-l a -l b -l a").unwrap().listen.as_deref(), Some("a,b"));
+        assert_eq!(
+            run("-l a -l b -l a").unwrap().listen.as_deref(),
+            Some("a,b")
+        );
         assert_eq!(run("-I 2m").unwrap().item_size_max, 2 << 20);
     }
 
     #[test]
     fn refusals_match_memcached() {
         let e = |s: &str| run(s).unwrap_err();
-        assert_eq!(e("-c 0"), Refusal { code: 1, msg: "Maximum connections must be greater than 0".into() });
+        assert_eq!(
+            e("-c 0"),
+            Refusal {
+                code: 1,
+                msg: "Maximum connections must be greater than 0".into()
+            }
+        );
         assert_eq!(e("-o foo=1").msg, "Illegal suboption \"foo=1\"");
-        assert_eq!(e("-x").msg, "inkcached: invalid option -- 'x'\nIllegal argument \"?\"");
-        assert_eq!(e("-p").msg, "inkcached: option requires an argument -- 'p'\nIllegal argument \"?\"");
+        assert_eq!(
+            e("-x").msg,
+            "inkcached: invalid option -- 'x'\nIllegal argument \"?\""
+        );
+        assert_eq!(
+            e("-p").msg,
+            "inkcached: option requires an argument -- 'p'\nIllegal argument \"?\""
+        );
         assert_eq!(e("--bogus").code, 1);
         assert_eq!(e("-B foo").code, EX_USAGE);
-        assert_eq!(e("-I 100").msg, "Item max size cannot be less than 1024 bytes.");
-        assert_eq!(e("-I 2g").msg, "Item max size cannot be less than 1024 bytes.");
+        assert_eq!(
+            e("-I 100").msg,
+            "Item max size cannot be less than 1024 bytes."
+        );
+        assert_eq!(
+            e("-I 2g").msg,
+            "Item max size cannot be less than 1024 bytes."
+        );
         assert_eq!(e("-I 100k").code, EX_USAGE);
-        assert_eq!(e("-m 1 -I 1m").msg, "Cannot set item size limit higher than 1/2 of memory max.");
+        assert_eq!(
+            e("-m 1 -I 1m").msg,
+            "Cannot set item size limit higher than 1/2 of memory max."
+        );
         assert_eq!(e("-t 0").code, 1);
         assert_eq!(e("-p 70000").msg, "ERROR: Invalid port number 70000.");
-        assert_eq!(e("-o hashpower=5").msg, "Initial hashtable multiplier of 5 is too low");
-        assert_eq!(e("-o worker_logbuf_size=5").msg, "slab size 5 is out of valid range");
+        assert_eq!(
+            e("-o hashpower=5").msg,
+            "Initial hashtable multiplier of 5 is too low"
+        );
+        assert_eq!(
+            e("-o worker_logbuf_size=5").msg,
+            "slab size 5 is out of valid range"
+        );
         assert_eq!(e("-o hot_lru_pct=50,warm_lru_pct=40").code, EX_USAGE);
         assert_eq!(e("-N 9").code, EX_USAGE);
         assert_eq!(e("-B binary -Y /x").code, EX_USAGE);

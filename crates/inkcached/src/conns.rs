@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 
 /// memcached's `reserved_fds` (descriptors it keeps out of the connection count).
 pub const RESERVED_FDS: u32 = 20;
+/// In a connection's last command time: that command left it writing (`conn_mwrite`).
+pub const MWRITE: u32 = 1 << 31;
 
 /// What a descriptor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,10 +40,20 @@ pub fn addr_text(a: Option<SocketAddr>, udp: bool, unix: Option<&str>) -> String
     }
     match a {
         Some(SocketAddr::V4(v)) => {
-            format!("{}:{}:{}", if udp { "udp" } else { "tcp" }, v.ip(), v.port())
+            format!(
+                "{}:{}:{}",
+                if udp { "udp" } else { "tcp" },
+                v.ip(),
+                v.port()
+            )
         }
         Some(SocketAddr::V6(v)) => {
-            format!("{}:[{}]:{}", if udp { "udp6" } else { "tcp6" }, v.ip(), v.port())
+            format!(
+                "{}:[{}]:{}",
+                if udp { "udp6" } else { "tcp6" },
+                v.ip(),
+                v.port()
+            )
         }
         None => "unix:".into(),
     }
@@ -53,7 +65,14 @@ impl ConnTable {
     }
 
     /// Adds a descriptor; its last command time is `last_cmd` (relative seconds).
-    pub fn add(&self, fd: i32, kind: Kind, addr: String, listen_addr: String, last_cmd: Arc<AtomicU32>) {
+    pub fn add(
+        &self,
+        fd: i32,
+        kind: Kind,
+        addr: String,
+        listen_addr: String,
+        last_cmd: Arc<AtomicU32>,
+    ) {
         self.lock().insert(
             fd,
             Entry {
@@ -89,10 +108,11 @@ impl ConnTable {
                 Kind::Listen => "conn_listening",
                 Kind::Udp => "conn_read",
                 Kind::Conn if *fd as usize == me => "conn_parse_cmd",
+                Kind::Conn if e.last_cmd.load(Ordering::Relaxed) & MWRITE != 0 => "conn_mwrite",
                 Kind::Conn => "conn_waiting",
             };
             let _ = write!(out, "STAT {fd}:state {state}\r\n");
-            let last = e.last_cmd.load(Ordering::Relaxed);
+            let last = e.last_cmd.load(Ordering::Relaxed) & !MWRITE;
             let _ = write!(
                 out,
                 "STAT {fd}:secs_since_last_cmd {}\r\n",

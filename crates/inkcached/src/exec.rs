@@ -89,8 +89,6 @@ pub struct Shared {
     pub prefixes: Mutex<crate::admin::Prefixes>,
     /// `-Y`: user and password pairs.
     pub auth: RwLock<Vec<(Vec<u8>, Vec<u8>)>>,
-    /// Log watchers (`watch`).
-    pub watch: crate::watch::Watchers,
 }
 
 /// What the connection does after a request.
@@ -106,6 +104,9 @@ pub enum Next {
     Drop,
     /// The connection became a log watcher (`watch`).
     Watch,
+    /// Continue, but what is already read waits until more arrives (memcached hands the
+    /// connection back after `lru_crawler metadump` and only reads on the next event).
+    Pause,
 }
 
 /// What an admin command needs to know of the connection it runs on.
@@ -121,7 +122,13 @@ pub struct Ctx {
 }
 
 /// Executes one request for worker `w`, appending the answer to `out`.
-pub fn execute(sh: &Arc<Shared>, w: usize, ctx: &mut Ctx, req: Request<'_>, out: &mut Vec<u8>) -> Next {
+pub fn execute(
+    sh: &Arc<Shared>,
+    w: usize,
+    ctx: &mut Ctx,
+    req: Request<'_>,
+    out: &mut Vec<u8>,
+) -> Next {
     let st = &sh.workers[w];
     let store = &sh.store;
     let detail = sh.rt.detail.load(Ordering::Relaxed);
@@ -141,7 +148,6 @@ pub fn execute(sh: &Arc<Shared>, w: usize, ctx: &mut Ctx, req: Request<'_>, out:
                 if detail {
                     crate::admin::record(sh, key, |p| p.get(hit.is_some()));
                 }
-                crate::watch::fetch(sh, key, hit.is_some());
             }
             resp::end(out);
             return Next::Flush;
@@ -194,12 +200,11 @@ pub fn execute(sh: &Arc<Shared>, w: usize, ctx: &mut Ctx, req: Request<'_>, out:
                     _ => {}
                 }
             }
-            crate::watch::mutation(sh, key, r);
             if r == StoreResult::NoMemory {
                 st.inc(C::store_no_memory);
                 if cmd == StoreCmd::Set {
                     // memcached drops the old value so a failed set leaves nothing stale.
-                    let _ = store.delete(key, None);
+                    store.unlink_key(key);
                 }
             }
             if !noreply {
@@ -323,10 +328,10 @@ pub fn parse_error(sh: &Shared, w: usize, buf: &[u8], e: &ProtoError, out: &mut 
             let key = &buf[a..b];
             if e.key_base64 {
                 if let Some(k) = inkproto::meta::b64_decode(key) {
-                    let _ = sh.store.delete(&k, None);
+                    sh.store.unlink_key(&k);
                 }
             } else {
-                let _ = sh.store.delete(key, None);
+                sh.store.unlink_key(key);
             }
         }
     }

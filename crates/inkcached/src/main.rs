@@ -58,7 +58,10 @@ fn listen_specs(inter: &str) -> Result<Vec<ListenSpec>, Fatal> {
         }
         if let Some(rest) = p.strip_prefix("tag[") {
             let Some((_, rest)) = rest.split_once(']') else {
-                return Err(Fatal(EX_OSERR, format!("Invalid tag in socket config: \"{p}\"")));
+                return Err(Fatal(
+                    EX_OSERR,
+                    format!("Invalid tag in socket config: \"{p}\""),
+                ));
             };
             p = rest.strip_prefix(':').unwrap_or(rest);
         }
@@ -108,7 +111,11 @@ fn resolve(spec: &ListenSpec, port: u16) -> Result<Vec<SocketAddr>, String> {
 
 /// Binds the TCP and UDP sockets of every listener; the ports bound go to
 /// `$MEMCACHED_PORT_FILENAME` as memcached writes them.
-fn bind_all(cfg: &Config, per_worker: &mut [net::WorkerSockets], sh_ports: &Runtime) -> Result<(), Fatal> {
+fn bind_all(
+    cfg: &Config,
+    per_worker: &mut [net::WorkerSockets],
+    sh_ports: &Runtime,
+) -> Result<(), Fatal> {
     let n = per_worker.len();
     let specs = match &cfg.listen {
         Some(l) => listen_specs(l)?,
@@ -119,6 +126,7 @@ fn bind_all(cfg: &Config, per_worker: &mut [net::WorkerSockets], sh_ports: &Runt
         }],
     };
     let mut portfile = String::new();
+    let mut tcp_lines = 0;
     // UDP first: once TCP accepts (what clients take for "ready"), datagrams are queued.
     for tcp in [false, true] {
         let port = if tcp { cfg.port } else { cfg.udp_port };
@@ -148,12 +156,25 @@ fn bind_all(cfg: &Config, per_worker: &mut [net::WorkerSockets], sh_ports: &Runt
                             .and_then(|a| a.as_socket())
                             .map_or(p, |a| a.port());
                         let fam = if a.is_ipv6() { "INET6" } else { "INET" };
-                        portfile.push_str(&format!("{kind} {fam}: {real}\n"));
-                        let r = if tcp { &sh_ports.tcp_port } else { &sh_ports.udp_port };
+                        let line = format!("{kind} {fam}: {real}\n");
+                        // memcached lists TCP first
+                        if tcp {
+                            portfile.insert_str(tcp_lines, &line);
+                            tcp_lines += line.len();
+                        } else {
+                            portfile.push_str(&line);
+                        }
+                        let r = if tcp {
+                            &sh_ports.tcp_port
+                        } else {
+                            &sh_ports.udp_port
+                        };
                         r.store(u32::from(real), Ordering::Relaxed);
                         for (w, s) in v.into_iter().enumerate() {
                             if tcp {
-                                per_worker[w].tcp.push((s, spec.proto.unwrap_or(cfg.protocol)));
+                                per_worker[w]
+                                    .tcp
+                                    .push((s, spec.proto.unwrap_or(cfg.protocol)));
                             } else {
                                 per_worker[w].udp.push(s);
                             }
@@ -196,7 +217,12 @@ fn bind_unix(path: &str, mask: u32) -> Result<std::os::unix::net::UnixListener, 
     let r = std::os::unix::net::UnixListener::bind(path);
     // SAFETY: as above, restoring the previous mask.
     unsafe { libc::umask(old) };
-    let l = r.map_err(|e| Fatal(EX_OSERR, format!("failed to listen on UNIX socket: {path}: {e}")))?;
+    let l = r.map_err(|e| {
+        Fatal(
+            EX_OSERR,
+            format!("failed to listen on UNIX socket: {path}: {e}"),
+        )
+    })?;
     l.set_nonblocking(true)?;
     Ok(l)
 }
@@ -205,7 +231,10 @@ fn bind_unix(path: &str, mask: u32) -> Result<std::os::unix::net::UnixListener, 
 /// this build they are refused.
 fn ext_options(cfg: &Config) -> Result<(), Fatal> {
     if let Some((k, _)) = cfg.ext_opts.first() {
-        return Err(Fatal(EX_USAGE, format!("inkcached: -o {k}: no flash tier in this build")));
+        return Err(Fatal(
+            EX_USAGE,
+            format!("inkcached: -o {k}: no flash tier in this build"),
+        ));
     }
     Ok(())
 }
@@ -249,12 +278,20 @@ fn switch_user(cfg: &Config) -> Result<(), Fatal> {
     let Some(user) = cfg.user.as_deref().filter(|u| root && !u.is_empty()) else {
         return Ok(());
     };
-    let cuser = std::ffi::CString::new(user).map_err(|_| Fatal(EX_NOUSER, format!("can't find the user {user} to switch to")))?;
+    let cuser = std::ffi::CString::new(user).map_err(|_| {
+        Fatal(
+            EX_NOUSER,
+            format!("can't find the user {user} to switch to"),
+        )
+    })?;
     // SAFETY: getpwnam takes a NUL-terminated name and returns a pointer to static storage
     // (or null), read at once before any other call that could overwrite it.
     let pw = unsafe { libc::getpwnam(cuser.as_ptr()) };
     if pw.is_null() {
-        return Err(Fatal(EX_NOUSER, format!("can't find the user {user} to switch to")));
+        return Err(Fatal(
+            EX_NOUSER,
+            format!("can't find the user {user} to switch to"),
+        ));
     }
     // SAFETY: `pw` is non-null and points to a valid passwd entry.
     let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
@@ -271,7 +308,10 @@ fn switch_user(cfg: &Config) -> Result<(), Fatal> {
             }
         }
         if libc::setgid(gid) < 0 || libc::setuid(uid) < 0 {
-            return Err(Fatal(EX_OSERR, format!("failed to assume identity of user {user}")));
+            return Err(Fatal(
+                EX_OSERR,
+                format!("failed to assume identity of user {user}"),
+            ));
         }
     }
     Ok(())
@@ -295,7 +335,10 @@ fn daemonize(cfg: &Config) -> Result<(), Fatal> {
         let _ = std::env::set_current_dir("/");
     }
     if cfg.verbose == 0 {
-        let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")?;
         use std::os::fd::AsRawFd;
         for fd in 0..3 {
             // SAFETY: dup2 onto the standard descriptors of this process.
@@ -369,11 +412,18 @@ fn run(cfg: Config) -> Result<(), Fatal> {
         }
         None => {
             bind_all(&cfg, &mut per_worker, &rt)?;
-            sockets += per_worker.iter().map(|p| p.tcp.len() + p.udp.len()).sum::<usize>() / n;
+            sockets += per_worker
+                .iter()
+                .map(|p| p.tcp.len() + p.udp.len())
+                .sum::<usize>()
+                / n;
         }
     }
     if sockets as i64 + i64::from(conns::RESERVED_FDS) >= i64::from(cfg.maxconns) - 1 {
-        return Err(Fatal(1, "Maxconns setting is too low, use -c to increase.".into()));
+        return Err(Fatal(
+            1,
+            "Maxconns setting is too low, use -c to increase.".into(),
+        ));
     }
     if let Some(p) = &cfg.pid_file {
         save_pid(p);
@@ -394,7 +444,6 @@ fn run(cfg: Config) -> Result<(), Fatal> {
         conns: Default::default(),
         prefixes: Mutex::new(Default::default()),
         auth: RwLock::new(users),
-        watch: Default::default(),
     });
 
     let mut signals = signal_hook::iterator::Signals::new([
@@ -416,7 +465,8 @@ fn run(cfg: Config) -> Result<(), Fatal> {
         polls.push(poll);
         wakers.push(waker);
     }
-    let _ = shared.watch.wakers.set(wakers);
+    let _ = watch::WATCH.wakers.set(wakers);
+    watch::BUF_LIMIT.store(cfg.watcher_logbuf_size as usize, Ordering::Relaxed);
     let mut handles = Vec::new();
     for (w, (socks, poll)) in per_worker.into_iter().zip(polls).enumerate() {
         let sh = shared.clone();
@@ -461,7 +511,11 @@ fn run(cfg: Config) -> Result<(), Fatal> {
             }
             s => {
                 if cfg.verbose > 0 {
-                    let name = if s == signal_hook::consts::SIGINT { "Interrupt" } else { "Terminated" };
+                    let name = if s == signal_hook::consts::SIGINT {
+                        "Interrupt"
+                    } else {
+                        "Terminated"
+                    };
                     eprintln!("Signal handled: {name}.");
                 }
                 break;
@@ -474,7 +528,7 @@ fn run(cfg: Config) -> Result<(), Fatal> {
         eprintln!("Exiting normally");
     }
     shared.shutdown.store(true, Ordering::Relaxed);
-    if let Some(wk) = shared.watch.wakers.get() {
+    if let Some(wk) = watch::WATCH.wakers.get() {
         for w in wk {
             let _ = w.wake();
         }

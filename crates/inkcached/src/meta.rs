@@ -98,7 +98,16 @@ pub fn execute(
     };
     match cmd {
         MetaCmd::Get => get(sh, st, &key, binary, flags, opts, out),
-        MetaCmd::Set => set(sh, st, &key, binary, flags, data.unwrap_or_default(), opts, out),
+        MetaCmd::Set => set(
+            sh,
+            st,
+            &key,
+            binary,
+            flags,
+            data.unwrap_or_default(),
+            opts,
+            out,
+        ),
         MetaCmd::Delete => delete(sh, st, &key, binary, flags, opts, out),
         MetaCmd::Arith => arith(sh, st, &key, binary, flags, opts, out),
         MetaCmd::Debug => debug(sh, st, &key, out),
@@ -184,6 +193,7 @@ fn get(
             }
         }
         let value = o.value.then(|| e.item().unwrap().value().to_vec());
+        e.count_hit(ttl_set);
         if !o.no_update {
             e.bump();
         }
@@ -269,7 +279,6 @@ fn set(
             _ => {}
         }
     }
-    crate::watch::mutation(sh, key, r);
     let code = match r {
         StoreResult::Stored(_) => "HD",
         StoreResult::NotStored => "NS",
@@ -277,7 +286,7 @@ fn set(
         StoreResult::NotFound => "NF",
         StoreResult::NoMemory => {
             st.inc(C::store_no_memory);
-            let _ = sh.store.delete(key, None);
+            sh.store.unlink_key(key);
             resp::server_error(out, "out of memory storing object");
             return;
         }
@@ -341,7 +350,7 @@ fn delete(
             }
             e.new_cas();
         } else {
-            e.unlink();
+            e.delete();
         }
         "HD"
     });
@@ -439,7 +448,14 @@ fn arith(
                 resp::line(out, OPAQUE_TOO_LONG);
                 return;
             }
-            (if r == DeltaResult::NotFound { "NF" } else { "EX" }, None)
+            (
+                if r == DeltaResult::NotFound {
+                    "NF"
+                } else {
+                    "EX"
+                },
+                None,
+            )
         }
     };
     match value {

@@ -162,6 +162,8 @@ struct Conn {
     dropping: bool,
     /// Output up to here is written even if the connection is dropped.
     keep: usize,
+    /// Buffered requests wait for the next read (see `Next::Pause`).
+    paused: bool,
     session: Session,
     /// Relative time of the last command (`stats conns`, `-o idle_timeout`).
     last_cmd: Arc<AtomicU32>,
@@ -191,6 +193,7 @@ impl Conn {
             closing: false,
             dropping: false,
             keep: 0,
+            paused: false,
             session,
             last_cmd: Arc::new(AtomicU32::new(now)),
             watch: None,
@@ -206,11 +209,10 @@ impl Conn {
     fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) -> bool {
         let mut reqs = 0;
         let max = sh.cfg.reqs_per_event.max(1) as usize;
-        let start_backlog = self.backlog();
-        if self.rstart < self.rend && self.watch.is_none() {
-            self.last_cmd.store(sh.store.now(), Ordering::Relaxed);
-        }
-        while self.rstart < self.rend && !self.closing && self.backlog() < WBUF_HIGH {
+        let mut mwrite = None;
+        self.session.auth_mark = None;
+        while self.rstart < self.rend && !self.closing && !self.paused && self.backlog() < WBUF_HIGH
+        {
             if self.watch.is_some() {
                 // A watcher sends no more commands; whatever comes is dropped.
                 self.rstart = self.rend;
@@ -227,7 +229,8 @@ impl Conn {
                 return true;
             }
             let buf = &self.rbuf[self.rstart..self.rend];
-            self.session.ctx.stacked = self.backlog() > start_backlog || start_backlog > 0;
+            // answers queued and not written yet (memcached writes at get, mn and noop)
+            self.session.ctx.stacked = self.wbuf.len() > self.keep.max(self.wpos);
             match self.session.step(sh, w, limits, buf, &mut self.wbuf) {
                 Step::NeedMore => break,
                 Step::Done {
@@ -236,11 +239,16 @@ impl Conn {
                     next,
                 } => {
                     reqs += 1;
+                    mwrite = Some(next == Next::Flush);
                     self.rstart += used;
                     self.swallow = swallow;
                     match next {
                         Next::Continue => {}
                         Next::Flush => self.keep = self.wbuf.len(),
+                        Next::Pause => {
+                            self.keep = self.wbuf.len();
+                            self.paused = true;
+                        }
                         Next::Close => self.closing = true,
                         Next::Drop => {
                             // what memcached had not written yet is lost
@@ -252,13 +260,22 @@ impl Conn {
                             let buf = Arc::new(Mutex::new(Vec::new()));
                             let flags = self.session.ctx.watch_flags;
                             let id = self.session.ctx.id;
-                            if crate::watch::register(sh, id, w, flags, buf.clone(), &mut self.wbuf) {
+                            if crate::watch::register(id, w, flags, buf.clone(), &mut self.wbuf) {
                                 self.watch = Some(buf);
                             }
                         }
                     }
                 }
             }
+        }
+        if let Some(m) = mwrite {
+            // time of the last command, and whether it left the connection writing (what
+            // memcached's `stats conns` shows as conn_mwrite)
+            let t = sh.store.now() & !crate::conns::MWRITE;
+            self.last_cmd.store(
+                t | if m { crate::conns::MWRITE } else { 0 },
+                Ordering::Relaxed,
+            );
         }
         if self.rstart == self.rend {
             self.rstart = 0;
@@ -348,6 +365,7 @@ impl Conn {
                 Ok(0) => return Status::Close,
                 Ok(n) => {
                     self.rend += n;
+                    self.paused = false;
                     sh.workers[w].add(C::bytes_read, n as u64);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Status::Idle,
@@ -403,6 +421,8 @@ struct UdpBatch {
     rctl: Vec<[u64; 8]>,
     /// Per received buffer: the size of the datagrams GRO coalesced into it (0: one datagram).
     segs: Vec<usize>,
+    /// Ends of the reply messages of one datagram in `out`.
+    ends: Vec<usize>,
 }
 
 impl UdpBatch {
@@ -426,6 +446,7 @@ impl UdpBatch {
             gso: true,
             rctl: vec![[0; 8]; UDP_BATCH],
             segs: vec![0; UDP_BATCH],
+            ends: Vec::with_capacity(8),
         }
     }
 
@@ -663,12 +684,22 @@ fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
 }
 
 /// Executes the requests of one datagram, appending the answer to `out`.
-fn execute_datagram(sh: &Arc<Shared>, w: usize, limits: &Limits, dgram: &[u8], out: &mut Vec<u8>) {
+/// Each binary answer is a reply message of its own, as memcached sends them; the text answers
+/// of a datagram go out as one message. `ends` gets the end of every message in `out`.
+fn execute_datagram(
+    sh: &Arc<Shared>,
+    w: usize,
+    limits: &Limits,
+    dgram: &[u8],
+    out: &mut Vec<u8>,
+    ends: &mut Vec<usize>,
+) {
     let mut pos = HEADER_LEN;
     let n = dgram.len();
     let mut session = Session::udp();
     while pos < n {
         let buf = &dgram[pos..n];
+        let before = out.len();
         match session.step(sh, w, limits, buf, out) {
             Step::NeedMore => break,
             Step::Done {
@@ -677,11 +708,17 @@ fn execute_datagram(sh: &Arc<Shared>, w: usize, limits: &Limits, dgram: &[u8], o
                 next,
             } => {
                 pos += used + swallow;
-                if !matches!(next, Next::Continue | Next::Flush) {
+                if session.proto == crate::config::Proto::Binary && out.len() > before {
+                    ends.push(out.len());
+                }
+                if !matches!(next, Next::Continue | Next::Flush | Next::Pause) {
                     break;
                 }
             }
         }
+    }
+    if ends.last() != Some(&out.len()) {
+        ends.push(out.len());
     }
 }
 
@@ -717,31 +754,36 @@ fn serve_udp(
                 let Some(hdr) = FrameHeader::decode(dgram) else {
                     continue;
                 };
-                let start = b.out.len();
+                let mut start = b.out.len();
+                b.ends.clear();
                 if hdr.total != 1 || hdr.seq != 0 {
                     b.out
                         .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
+                    b.ends.push(b.out.len());
                 } else {
-                    execute_datagram(sh, w, limits, dgram, &mut b.out);
+                    execute_datagram(sh, w, limits, dgram, &mut b.out, &mut b.ends);
                 }
-                let end = b.out.len();
-                if start == end {
-                    continue;
-                }
-                let total = (end - start).div_ceil(MAX_PAYLOAD);
-                if total > u16::MAX as usize {
-                    b.out.truncate(start);
-                    continue;
-                }
-                for (j, s) in (start..end).step_by(MAX_PAYLOAD).enumerate() {
-                    let h = FrameHeader {
-                        request_id: hdr.request_id,
-                        seq: j as u16,
-                        total: total as u16,
-                        reserved: 0,
-                    };
-                    b.hdrs.push(h.encode());
-                    b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
+                for k in 0..b.ends.len() {
+                    let end = b.ends[k];
+                    if start == end {
+                        continue;
+                    }
+                    let total = (end - start).div_ceil(MAX_PAYLOAD);
+                    if total > u16::MAX as usize {
+                        start = end;
+                        continue;
+                    }
+                    for (j, s) in (start..end).step_by(MAX_PAYLOAD).enumerate() {
+                        let h = FrameHeader {
+                            request_id: hdr.request_id,
+                            seq: j as u16,
+                            total: total as u16,
+                            reserved: 0,
+                        };
+                        b.hdrs.push(h.encode());
+                        b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
+                    }
+                    start = end;
                 }
             }
         }
@@ -789,13 +831,6 @@ impl Listener {
     }
 }
 
-/// memcached's connection limit: refused when connections plus reserved descriptors reach
-/// `-c` minus one.
-fn at_limit(sh: &Shared) -> bool {
-    let cur = crate::stats::sum_one(&sh.workers, C::curr_connections);
-    cur + u64::from(crate::conns::RESERVED_FDS) >= (sh.cfg.maxconns as u64).saturating_sub(1)
-}
-
 /// Runs worker `w` until shutdown.
 pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Poll) -> Result<()> {
     let limits = Limits {
@@ -803,19 +838,31 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
         use_cas: sh.cfg.use_cas,
     };
     let registry = poll.registry().try_clone()?;
-    let never = Arc::new(AtomicU32::new(0));
+    let never = Arc::new(AtomicU32::new(sh.store.now()));
     let mut listeners: Vec<(Listener, Proto)> = Vec::new();
     for (s, proto) in socks.tcp {
         let local = s.local_addr().ok().and_then(|a| a.as_socket());
         let mut l = TcpListener::from_std(s.into());
         registry.register(&mut l, Token(listeners.len()), Interest::READABLE)?;
-        sh.conns.add(l.as_raw_fd(), Kind::Listen, addr_text(local, false, None), String::new(), never.clone());
+        sh.conns.add(
+            l.as_raw_fd(),
+            Kind::Listen,
+            addr_text(local, false, None),
+            String::new(),
+            never.clone(),
+        );
         listeners.push((Listener::Tcp(l), proto));
     }
     if let Some((u, path)) = socks.unix {
         let mut l = UnixListener::from_std(u);
         registry.register(&mut l, Token(listeners.len()), Interest::READABLE)?;
-        sh.conns.add(l.as_raw_fd(), Kind::Listen, addr_text(None, false, Some(&path)), String::new(), never.clone());
+        sh.conns.add(
+            l.as_raw_fd(),
+            Kind::Listen,
+            addr_text(None, false, Some(&path)),
+            String::new(),
+            never.clone(),
+        );
         listeners.push((Listener::Unix(l), sh.cfg.protocol));
     }
     let udp_base = listeners.len();
@@ -824,7 +871,13 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
         let local = s.local_addr().ok().and_then(|a| a.as_socket());
         let mut u = UdpSocket::from_std(s.into());
         registry.register(&mut u, Token(udp_base + udps.len()), Interest::READABLE)?;
-        sh.conns.add(u.as_raw_fd(), Kind::Udp, addr_text(local, true, None), String::new(), never.clone());
+        sh.conns.add(
+            u.as_raw_fd(),
+            Kind::Udp,
+            addr_text(local, true, None),
+            String::new(),
+            never.clone(),
+        );
         udps.push(u);
     }
     let mut conns: Vec<Option<Conn>> = Vec::new();
@@ -862,7 +915,8 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             }
             todo.push(ev.token());
         }
-        if paused && !at_limit(&sh) {
+        if paused {
+            // retry accepting (memcached's maxconns handler polls every 10 ms)
             paused = false;
             todo.extend((0..udp_base).map(Token));
         }
@@ -872,7 +926,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             last_idle_scan = now;
             for (i, c) in conns.iter_mut().enumerate() {
                 if let Some(c) = c.as_mut().filter(|c| c.watch.is_none()) {
-                    let last = c.last_cmd.load(Ordering::Relaxed);
+                    let last = c.last_cmd.load(Ordering::Relaxed) & !crate::conns::MWRITE;
                     if now.saturating_sub(last) > idle as u32 {
                         st.inc(C::idle_kicks);
                         c.closing = true;
@@ -892,16 +946,10 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             if t < udp_base {
                 // Accept everything waiting.
                 while !paused {
-                    if !sh.cfg.maxconns_fast && at_limit(&sh) {
-                        // stop accepting until a connection closes (memcached's
-                        // accept_new_conns(false))
-                        paused = true;
-                        st.atomic_add(C::listen_disabled_num, 1);
-                        break;
-                    }
                     match listeners[t].0.accept() {
                         Ok((mut s, peer, local)) => {
-                            if at_limit(&sh) {
+                            // memcached's rule: a descriptor number at -c minus one or above
+                            if sh.cfg.maxconns_fast && s.fd() >= sh.cfg.maxconns - 1 {
                                 st.atomic_add(C::rejected_connections, 1);
                                 let _ = s.write(b"ERROR Too many open connections\r\n");
                                 continue;
@@ -922,9 +970,14 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                             if verbose() > 1 {
                                 eprintln!("<{fd} new client connection");
                             }
-                            let c = Conn::new(s, Session::new(&sh, listeners[t].1, fd as usize), sh.store.now());
-                            sh.conns.add(fd, Kind::Conn, peer.clone(), local, c.last_cmd.clone());
-                            crate::watch::conn_event(&sh, true, &peer, fd);
+                            let c = Conn::new(
+                                s,
+                                Session::new(&sh, listeners[t].1, fd as usize),
+                                sh.store.now(),
+                            );
+                            sh.conns
+                                .add(fd, Kind::Conn, peer.clone(), local, c.last_cmd.clone());
+                            crate::watch::conn_event(true, &peer, fd);
                             conns[idx] = Some(c);
                             st.atomic_add(C::curr_connections, 1);
                             st.atomic_add(C::total_connections, 1);
@@ -932,6 +985,15 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e)
+                            if e.raw_os_error() == Some(libc::EMFILE) && !sh.cfg.maxconns_fast =>
+                        {
+                            // out of descriptors (the limit is -c): stop accepting for a
+                            // while, as memcached's accept_new_conns(false)
+                            paused = true;
+                            st.atomic_add(C::listen_disabled_num, 1);
+                            break;
+                        }
                         Err(e) => {
                             // EMFILE and friends: back off rather than spin.
                             if verbose() > 0 {
@@ -952,7 +1014,11 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                 let Some(Some(c)) = conns.get_mut(idx) else {
                     continue;
                 };
-                let status = if c.dropping { Status::Close } else { c.drive(&sh, w, &limits) };
+                let status = if c.dropping {
+                    Status::Close
+                } else {
+                    c.drive(&sh, w, &limits)
+                };
                 match status {
                     Status::Idle => {}
                     Status::More => pending.push(tok),
@@ -961,9 +1027,9 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                         let fd = c.sock.fd();
                         let _ = registry.deregister(c.sock.source());
                         let peer = sh.conns.remove(fd).unwrap_or_default();
-                        crate::watch::conn_event(&sh, false, &peer, fd);
+                        crate::watch::conn_event(false, &peer, fd);
                         if c.watch.is_some() {
-                            sh.watch.remove(c.session.ctx.id);
+                            crate::watch::WATCH.remove(c.session.ctx.id);
                         }
                         free.push(idx);
                         st.atomic_add(C::curr_connections, -1);

@@ -14,6 +14,9 @@ pub struct Session {
     pub proto: Proto,
     pub auth: auth::State,
     pub ctx: Ctx,
+    /// Where this read's first authentication answer starts in the output: memcached answers
+    /// an unauthenticated connection once per read, with the last command's answer.
+    pub auth_mark: Option<usize>,
 }
 
 /// What one step did.
@@ -22,7 +25,11 @@ pub enum Step {
     /// The buffer holds no complete request.
     NeedMore,
     /// `used` bytes were consumed, then `swallow` more are to be dropped from the stream.
-    Done { used: usize, swallow: usize, next: Next },
+    Done {
+        used: usize,
+        swallow: usize,
+        next: Next,
+    },
 }
 
 impl Session {
@@ -40,6 +47,7 @@ impl Session {
                 id,
                 ..Default::default()
             },
+            auth_mark: None,
         }
     }
 
@@ -49,15 +57,28 @@ impl Session {
             proto: Proto::Auto,
             auth: auth::State::Done,
             ctx: Ctx::default(),
+            auth_mark: None,
         }
     }
 
     /// Executes the request at the start of `buf`, appending its answer to `out`.
-    pub fn step(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits, buf: &[u8], out: &mut Vec<u8>) -> Step {
+    pub fn step(
+        &mut self,
+        sh: &Arc<Shared>,
+        w: usize,
+        limits: &Limits,
+        buf: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Step {
         if buf.is_empty() {
             return Step::NeedMore;
         }
+        crate::watch::set_current_fd(self.ctx.id as i32);
         if self.auth != auth::State::Done {
+            match self.auth_mark {
+                Some(m) => out.truncate(m),
+                None => self.auth_mark = Some(out.len()),
+            }
             return match auth::step(sh, &sh.workers[w], &mut self.auth, buf, out) {
                 None => Step::Done {
                     used: buf.len(),
@@ -82,7 +103,15 @@ impl Session {
         if self.proto == Proto::Binary {
             return match binexec::step(sh, w, limits, buf, out) {
                 binexec::Step::NeedMore => Step::NeedMore,
-                binexec::Step::Done { used, swallow, next } => Step::Done { used, swallow, next },
+                binexec::Step::Done {
+                    used,
+                    swallow,
+                    next,
+                } => Step::Done {
+                    used,
+                    swallow,
+                    next,
+                },
             };
         }
         match parse_request_with(buf, limits) {

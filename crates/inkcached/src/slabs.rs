@@ -60,6 +60,10 @@ impl Slabs {
         self.sizes[cls]
     }
 
+    pub fn page_size(&self) -> u32 {
+        self.page_size
+    }
+
     pub fn per_page(&self, cls: usize) -> u32 {
         self.page_size / self.sizes[cls].max(1)
     }

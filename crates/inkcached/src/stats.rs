@@ -102,11 +102,3 @@ pub fn sum(workers: &[WorkerStats]) -> Vec<u64> {
         })
         .collect()
 }
-
-/// The sum of one counter over the workers.
-pub fn sum_one(workers: &[WorkerStats], c: C) -> u64 {
-    workers
-        .iter()
-        .map(|w| w.get(c as usize))
-        .fold(0u64, u64::wrapping_add)
-}

@@ -171,6 +171,8 @@ pub struct Store {
     /// `flush_all`); 0 if none.
     oldest_live: AtomicU32,
     shard_limit: AtomicUsize,
+    /// Bytes of all shards, kept under `-M` only (see `fits`).
+    used: AtomicUsize,
     opts: StoreOpts,
     started: Instant,
     /// Unix time at relative time 0.
@@ -214,6 +216,7 @@ impl Store {
             oldest_cas: AtomicU64::new(0),
             oldest_live: AtomicU32::new(0),
             shard_limit: AtomicUsize::new(limit / n),
+            used: AtomicUsize::new(0),
             opts,
             started: Instant::now(),
             process_started: now - 2,
@@ -289,12 +292,17 @@ impl Store {
     /// Looks `key` up; expired or flushed items are removed. Returns the slot index.
     fn find(&self, sh: &mut Shard, h: u64, key: &[u8], now: u32) -> Option<u32> {
         let slots = &sh.slots;
-        let idx = *sh.table.find(h, |&i| {
+        let Some(&idx) = sh.table.find(h, |&i| {
             ItemRef(slots[i as usize].item.as_deref().unwrap()).key() == key
-        })?;
+        }) else {
+            crate::watch::on_fetch(key, None, None);
+            return None;
+        };
         if self.live(sh.slots[idx as usize].item.as_deref().unwrap(), now) {
+            self.log_fetch(sh, idx);
             Some(idx)
         } else {
+            self.log_gone(sh, idx, now);
             sh.reclaimed += 1;
             self.count_reclaimed(sh, idx);
             self.unlink(sh, h, idx);
@@ -309,6 +317,7 @@ impl Store {
         lru_remove(sh, idx);
         let item = sh.slots[idx as usize].item.take().unwrap();
         sh.bytes -= ItemRef(&item).size();
+        self.account(-(ItemRef(&item).size() as isize));
         sh.items -= 1;
         sh.free.push(idx);
     }
@@ -322,6 +331,7 @@ impl Store {
             let prev = sh.slots[o as usize].item.replace(item).unwrap();
             sh.slots[o as usize].meta = fresh;
             sh.bytes = sh.bytes - ItemRef(&prev).size() + size;
+            self.account(size as isize - ItemRef(&prev).size() as isize);
             lru_remove(sh, o);
             lru_push_front(sh, o);
             o
@@ -348,10 +358,12 @@ impl Store {
             });
             lru_push_front(sh, idx);
             sh.bytes += size;
+            self.account(size as isize);
             sh.items += 1;
             idx
         };
         sh.total_items += 1;
+        self.set_class(sh, slot);
         let newest = sh.head;
         let limit = self.shard_limit.load(Ordering::Relaxed);
         while sh.bytes > limit && sh.tail != NIL && sh.tail != newest {
@@ -399,6 +411,7 @@ impl Store {
             lru_push_front(&mut sh, idx);
         }
         sh.slots[idx as usize].meta.bump(now);
+        self.count_hit(&mut sh, idx, touch.is_some());
         Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
     }
 
@@ -443,11 +456,37 @@ impl Store {
         req_cas: u64,
         extra: Meta,
     ) -> StoreResult {
+        let mut logged = data.len();
+        let r = self.store_inner(mode, key, flags, exptime, data, req_cas, extra, &mut logged);
+        self.log_store(key, mode, flags, exptime, logged, r);
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn store_inner(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+        req_cas: u64,
+        extra: Meta,
+        vlen_out: &mut usize,
+    ) -> StoreResult {
         let h = self.hash(key);
         let now = self.now();
         let exp = self.realtime(exptime, now);
         let mut sh = self.shard(h);
         let old = self.find(&mut sh, h, key, now);
+        // memcached counts the set in the class of the item it allocated for the data
+        let cls = self.opts.slabs.class_of(inkproto::request::item_total(
+            key.len(),
+            flags,
+            data.len(),
+            self.opts.use_cas,
+        ));
+        self.class_mut(&mut sh, cls.max(1)).cmd_set += 1;
         // With -C, items carry no CAS and a request's CAS is never seen (memcached's CAS_NONE).
         let req_cas = if self.opts.use_cas { req_cas } else { 0 };
         let mut meta_bits = extra.bits & meta::KEY_BINARY;
@@ -463,12 +502,17 @@ impl Store {
             (Mode::Cas(_), None) => return StoreResult::NotFound,
             (Mode::Cas(_), Some(o)) => {
                 let it = ItemRef(sh.slots[o as usize].item.as_deref().unwrap());
+                let ocls = sh.slots[o as usize].meta.cls.into();
                 if req_cas != 0 && req_cas == it.cas() {
+                    self.class_mut(&mut sh, ocls).cas_hits += 1;
                     (flags, exp, None)
                 } else if req_cas != 0 && extra.stale() && req_cas < it.cas() {
+                    let exptime = it.exptime();
                     meta_bits |= meta::STALE | (sh.slots[o as usize].meta.bits & meta::WON);
-                    (flags, it.exptime(), None)
+                    self.class_mut(&mut sh, ocls).cas_hits += 1;
+                    (flags, exptime, None)
                 } else {
+                    self.class_mut(&mut sh, ocls).cas_badval += 1;
                     return StoreResult::Exists;
                 }
             }
@@ -482,15 +526,22 @@ impl Store {
             _ => (flags, exp, None),
         };
         let old_len = match (join, old) {
-            (Some(_), Some(o)) => ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).value().len(),
+            (Some(_), Some(o)) => ItemRef(sh.slots[o as usize].item.as_deref().unwrap())
+                .value()
+                .len(),
             _ => 0,
         };
         let vlen = data.len() + old_len;
+        *vlen_out = vlen;
         if !self.fits(&mut sh, old, item_size(key.len(), vlen), now) {
             self.count_outofmemory(&mut sh, key.len(), flags, vlen);
             return StoreResult::NoMemory;
         }
-        let cas = if self.opts.use_cas { self.next_cas() } else { 0 };
+        let cas = if self.opts.use_cas {
+            self.next_cas()
+        } else {
+            0
+        };
         let item = match (join, old) {
             (Some(after), Some(o)) => {
                 let prev = ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).value();
@@ -518,6 +569,8 @@ impl Store {
                 return Err(());
             }
         }
+        let cls = sh.slots[idx as usize].meta.cls;
+        self.class_mut(&mut sh, cls.into()).delete_hits += 1;
         self.unlink(&mut sh, h, idx);
         Ok(true)
     }
@@ -545,13 +598,25 @@ impl Store {
         let Some(cur) = parse_counter(it.value()) else {
             return DeltaResult::NonNumeric;
         };
+        let cls = sh.slots[idx as usize].meta.cls.into();
+        let c = self.class_mut(&mut sh, cls);
+        if incr {
+            c.incr_hits += 1;
+        } else {
+            c.decr_hits += 1;
+        }
+        let it = ItemRef(sh.slots[idx as usize].item.as_deref().unwrap());
         let new = if incr {
             cur.wrapping_add(delta)
         } else {
             cur.saturating_sub(delta)
         };
         let digits = new.to_string();
-        let newcas = if self.opts.use_cas { self.next_cas() } else { 0 };
+        let newcas = if self.opts.use_cas {
+            self.next_cas()
+        } else {
+            0
+        };
         let old_len = it.value().len();
         if digits.len() <= old_len {
             let slot = sh.slots[idx as usize].item.as_deref_mut().unwrap();
@@ -582,7 +647,11 @@ impl Store {
         if !self.opts.use_cas {
             // Without CAS, memcached invalidates by time alone: everything stored up to the
             // second the flush takes effect, that second included.
-            let t = if delay > 0 { self.realtime(delay, now) } else { now };
+            let t = if delay > 0 {
+                self.realtime(delay, now)
+            } else {
+                now
+            };
             self.oldest_live.store(t.max(1), Ordering::Relaxed);
         } else if delay > 0 {
             let t = self.realtime(delay, now).saturating_sub(1);

@@ -21,6 +21,8 @@ pub const KEY_BINARY: u8 = 8;
 pub struct Meta {
     pub atime: u32,
     pub bits: u8,
+    /// memcached's slab class of the item, set when stored.
+    pub cls: u8,
 }
 
 impl Meta {
@@ -28,6 +30,7 @@ impl Meta {
         Meta {
             atime: now,
             bits: 0,
+            cls: 0,
         }
     }
     /// A fetch with LRU bump: fetched, accessed now.
@@ -77,6 +80,14 @@ impl Default for StoreOpts {
 /// Counters of one slab class (memcached's `itemstats_t`), summed over shards for `stats items`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ClassStats {
+    pub get_hits: u64,
+    pub cmd_set: u64,
+    pub delete_hits: u64,
+    pub incr_hits: u64,
+    pub decr_hits: u64,
+    pub cas_hits: u64,
+    pub cas_badval: u64,
+    pub touch_hits: u64,
     pub number: u64,
     /// Bytes of the items (memcached's `mem_requested`: their `ITEM_ntotal`).
     pub requested: u64,
@@ -152,7 +163,10 @@ impl Entry<'_> {
         if self.idx.is_some() {
             return false;
         }
-        if !self.store.fits(self.sh, None, super::item_size(self.key.len(), 0), self.now) {
+        if !self
+            .store
+            .fits(self.sh, None, super::item_size(self.key.len(), 0), self.now)
+        {
             return false;
         }
         let cas = if self.store.opts.use_cas {
@@ -177,6 +191,22 @@ impl Entry<'_> {
             self.sh.slots[i as usize].meta.bump(now);
         }
     }
+    /// Counts a hit on the live item in its class (`touch`: a touch hit).
+    pub fn count_hit(&mut self, touch: bool) {
+        if let Some(i) = self.idx {
+            self.store.count_hit(self.sh, i, touch);
+        }
+    }
+
+    /// Removes the live item, counted as a delete.
+    pub fn delete(&mut self) {
+        if let Some(i) = self.idx {
+            let cls = self.sh.slots[i as usize].meta.cls.into();
+            self.store.class_mut(self.sh, cls).delete_hits += 1;
+        }
+        self.unlink();
+    }
+
     /// Removes the live item.
     pub fn unlink(&mut self) {
         if let Some(i) = self.idx.take() {
@@ -204,7 +234,89 @@ impl Store {
         (self.opts.slabs.class_of(n).max(1), n)
     }
 
-    fn class_mut<'s>(&self, sh: &'s mut Shard, cls: usize) -> &'s mut ClassStats {
+    /// A fetch hit (`touch`: by gat/touch/mg T) on the item at `idx`.
+    pub(super) fn count_hit(&self, sh: &mut Shard, idx: u32, touch: bool) {
+        let cls = sh.slots[idx as usize].meta.cls.into();
+        let c = self.class_mut(sh, cls);
+        if touch {
+            c.touch_hits += 1;
+        } else {
+            c.get_hits += 1;
+        }
+    }
+
+    /// `watch fetchers`: a live item was looked up.
+    pub(super) fn log_fetch(&self, sh: &Shard, idx: u32) {
+        if crate::watch::WATCH.count() == 0 {
+            return;
+        }
+        let slot = &sh.slots[idx as usize];
+        let it = ItemRef(slot.item.as_deref().unwrap());
+        crate::watch::on_fetch(
+            it.key(),
+            Some((slot.meta.cls.into(), it.value().len())),
+            None,
+        );
+    }
+
+    /// `watch fetchers`: a stored item was found expired or flushed.
+    pub(super) fn log_gone(&self, sh: &Shard, idx: u32, now: u32) {
+        if crate::watch::WATCH.count() == 0 {
+            return;
+        }
+        let it = ItemRef(sh.slots[idx as usize].item.as_deref().unwrap());
+        let expired = it.exptime() != 0 && it.exptime() <= now;
+        crate::watch::on_fetch(
+            it.key(),
+            None,
+            Some(if expired { "expired" } else { "flushed" }),
+        );
+    }
+
+    /// `watch mutations`: a store and its result.
+    pub(super) fn log_store(
+        &self,
+        key: &[u8],
+        mode: super::Mode,
+        flags: u32,
+        exptime: i64,
+        vlen: usize,
+        r: super::StoreResult,
+    ) {
+        if crate::watch::WATCH.count() == 0 {
+            return;
+        }
+        use super::Mode;
+        let cmd = match mode {
+            Mode::Add => "add",
+            Mode::Set => "set",
+            Mode::Replace => "replace",
+            Mode::Append => "append",
+            Mode::Prepend => "prepend",
+            Mode::Cas(_) => "cas",
+        };
+        let now = self.now();
+        let exp = self.realtime(exptime, now);
+        let ttl = if exp == 0 { 0 } else { exp.wrapping_sub(now) };
+        let cls = self
+            .opts
+            .slabs
+            .class_of(item_total(key.len(), flags, vlen, self.opts.use_cas));
+        crate::watch::on_store(key, cmd, r, ttl, cls, vlen);
+    }
+
+    /// The class of the item at `idx`, kept in its meta.
+    pub(super) fn set_class(&self, sh: &mut Shard, idx: u32) {
+        let (cls, _) = self.class_of(&ItemRef(sh.slots[idx as usize].item.as_deref().unwrap()));
+        sh.slots[idx as usize].meta.cls = cls as u8;
+    }
+
+    /// Removes `key` without counting a delete (a failed store's stale value).
+    pub fn unlink_key(&self, key: &[u8]) {
+        self.with_entry(key, |e| e.unlink());
+    }
+
+    pub(super) fn class_mut<'s>(&self, sh: &'s mut Shard, cls: usize) -> &'s mut ClassStats {
         if sh.classes.is_empty() {
             sh.classes = vec![ClassStats::default(); MAX_CLASSES];
         }
@@ -238,16 +350,32 @@ impl Store {
         self.class_mut(sh, cls).outofmemory += 1;
     }
 
-    /// Under `-M`: whether an item of `size` bytes (replacing `old`) fits, after dropping
-    /// expired items from the LRU tail (memcached still reclaims those). Always true otherwise.
+    /// Under `-M`, the bytes of every shard are counted together: the memory limit is the
+    /// whole cache's, as memcached's is.
+    pub(super) fn account(&self, delta: isize) {
+        if !self.opts.evict {
+            if delta >= 0 {
+                self.used.fetch_add(delta as usize, Ordering::Relaxed);
+            } else {
+                self.used.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Under `-M`: whether an item of `size` bytes (replacing `old`) fits in the cache's
+    /// memory, after dropping expired items from this shard's LRU tail (memcached still
+    /// reclaims those). Always true otherwise.
     pub(super) fn fits(&self, sh: &mut Shard, old: Option<u32>, size: usize, now: u32) -> bool {
         if self.opts.evict {
             return true;
         }
-        let limit = self.shard_limit.load(Ordering::Relaxed);
-        let freed = old.map_or(0, |o| ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).size());
+        let limit = self.shard_limit.load(Ordering::Relaxed) * self.shards.len();
+        let freed = old.map_or(0, |o| {
+            ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).size()
+        });
+        let over = |s: &Self| s.used.load(Ordering::Relaxed) + size > limit + freed;
         let mut looked = 0;
-        while sh.bytes + size > limit + freed && sh.tail != NIL && looked < 50 {
+        while over(self) && sh.tail != NIL && looked < 50 {
             let t = sh.tail;
             looked += 1;
             if Some(t) == old || self.live(sh.slots[t as usize].item.as_deref().unwrap(), now) {
@@ -258,7 +386,7 @@ impl Store {
             self.count_reclaimed(sh, t);
             self.unlink(sh, th, t);
         }
-        sh.bytes + size <= limit + freed
+        !over(self)
     }
 
     /// Runs `f` with locked access to `key` (its live item, if any), as memcached's meta
@@ -280,13 +408,13 @@ impl Store {
     }
 
     /// Calls `f` for every live item (shard by shard, each locked meanwhile) until it returns
-    /// false. Expired and flushed items are skipped.
-    pub fn for_each(&self, mut f: impl FnMut(&Seen<'_>) -> bool) {
+    /// false: least recently used first, or most recently used first with `mru`. Expired and
+    /// flushed items are skipped.
+    pub fn for_each(&self, mru: bool, mut f: impl FnMut(&Seen<'_>) -> bool) {
         let now = self.now();
         for s in self.shards.iter() {
             let sh = s.lock().unwrap_or_else(|p| p.into_inner());
-            // Least recently used first, as memcached's dumps walk from the LRU tail.
-            let mut i = sh.tail;
+            let mut i = if mru { sh.head } else { sh.tail };
             while i != NIL {
                 let slot = &sh.slots[i as usize];
                 let it = ItemRef(slot.item.as_deref().unwrap());
@@ -302,7 +430,7 @@ impl Store {
                         return;
                     }
                 }
-                i = slot.prev;
+                i = if mru { slot.next } else { slot.prev };
             }
         }
     }
@@ -323,7 +451,8 @@ impl Store {
                     checked += 1;
                     self.class_mut(&mut sh, cls).crawler_items_checked += 1;
                     if !self.live(sh.slots[i as usize].item.as_deref().unwrap(), now) {
-                        let h = self.hash(ItemRef(sh.slots[i as usize].item.as_deref().unwrap()).key());
+                        let h =
+                            self.hash(ItemRef(sh.slots[i as usize].item.as_deref().unwrap()).key());
                         sh.reclaimed += 1;
                         self.class_mut(&mut sh, cls).crawler_reclaimed += 1;
                         self.unlink(&mut sh, h, i);
@@ -344,6 +473,14 @@ impl Store {
         for s in self.shards.iter() {
             let sh = s.lock().unwrap_or_else(|p| p.into_inner());
             for (o, c) in out.iter_mut().zip(&sh.classes) {
+                o.get_hits += c.get_hits;
+                o.cmd_set += c.cmd_set;
+                o.delete_hits += c.delete_hits;
+                o.incr_hits += c.incr_hits;
+                o.decr_hits += c.decr_hits;
+                o.cas_hits += c.cas_hits;
+                o.cas_badval += c.cas_badval;
+                o.touch_hits += c.touch_hits;
                 o.evicted += c.evicted;
                 o.evicted_nonzero += c.evicted_nonzero;
                 o.evicted_time = o.evicted_time.max(c.evicted_time);

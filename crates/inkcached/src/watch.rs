@@ -112,29 +112,50 @@ pub fn uriencode(key: &[u8], out: &mut String) {
     }
 }
 
-/// A fetch (`watch fetchers`).
-pub fn fetch(sh: &Shared, key: &[u8], hit: bool) {
-    if sh.watch.count() == 0 {
+/// The watchers of this process (one server per process).
+pub static WATCH: std::sync::LazyLock<Watchers> = std::sync::LazyLock::new(Watchers::default);
+/// `-o watcher_logbuf_size`.
+pub static BUF_LIMIT: AtomicUsize = AtomicUsize::new(256 * 1024);
+
+thread_local! {
+    /// The descriptor of the connection this worker is serving (`cfd=` in log lines).
+    static CURRENT_FD: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
+/// Notes which connection the following log lines are for.
+pub fn set_current_fd(fd: i32) {
+    CURRENT_FD.with(|c| c.set(fd));
+}
+
+fn cfd() -> i32 {
+    CURRENT_FD.with(|c| c.get())
+}
+
+/// A key lookup (`watch fetchers`), as memcached logs each one: `found` is (class, value
+/// size) of a live item; `gone` says why a stored item was not live (flushed or expired).
+pub fn on_fetch(key: &[u8], found: Option<(usize, usize)>, gone: Option<&str>) {
+    if WATCH.count() == 0 {
         return;
     }
-    let (cls, size) = if hit {
-        sh.store
-            .with_entry(key, |e| e.item().map(|it| (e.class(), it.value().len())))
-            .unwrap_or((0, 0))
-    } else {
-        (0, 0)
+    let (status, cls, size) = match (found, gone) {
+        (Some((c, s)), _) => ("found", c, s),
+        (None, Some(g)) => (g, 0, 0),
+        (None, None) => ("not_found", 0, 0),
     };
-    sh.watch.log(LOG_FETCHERS, sh.cfg.watcher_logbuf_size as usize, |l| {
+    WATCH.log(LOG_FETCHERS, BUF_LIMIT.load(Ordering::Relaxed), |l| {
         l.push_str("type=item_get key=");
         uriencode(key, l);
-        let st = if hit { "found" } else { "not_found" };
-        l.push_str(&format!(" status={st} clsid={cls} cfd=0 size={size}"));
+        l.push_str(&format!(
+            " status={status} clsid={cls} cfd={} size={size}",
+            cfd()
+        ));
     });
 }
 
-/// A store (`watch mutations`).
-pub fn mutation(sh: &Shared, key: &[u8], r: StoreResult) {
-    if sh.watch.count() == 0 {
+/// A store (`watch mutations`): memcached's command name, result, the remaining TTL, class
+/// and value size of the item stored.
+pub fn on_store(key: &[u8], cmd: &str, r: StoreResult, ttl: u32, cls: usize, size: usize) {
+    if WATCH.count() == 0 {
         return;
     }
     let status = match r {
@@ -144,25 +165,19 @@ pub fn mutation(sh: &Shared, key: &[u8], r: StoreResult) {
         StoreResult::NotFound => "not_found",
         StoreResult::NoMemory => "no_memory",
     };
-    let (cls, size, ttl) = sh
-        .store
-        .with_entry(key, |e| {
-            e.item()
-                .map(|it| (e.class(), it.value().len(), it.exptime()))
-        })
-        .unwrap_or((0, 0, 0));
-    sh.watch.log(LOG_MUTATIONS, sh.cfg.watcher_logbuf_size as usize, |l| {
+    WATCH.log(LOG_MUTATIONS, BUF_LIMIT.load(Ordering::Relaxed), |l| {
         l.push_str("type=item_store key=");
         uriencode(key, l);
         l.push_str(&format!(
-            " status={status} cmd=na ttl={ttl} clsid={cls} cfd=0 size={size}"
+            " status={status} cmd={cmd} ttl={ttl} clsid={cls} cfd={} size={size}",
+            cfd()
         ));
     });
 }
 
 /// A connection opened or closed (`watch connevents`).
-pub fn conn_event(sh: &Shared, new: bool, peer: &str, fd: i32) {
-    if sh.watch.count() == 0 {
+pub fn conn_event(new: bool, peer: &str, fd: i32) {
+    if WATCH.count() == 0 {
         return;
     }
     let (rip, rport, transport) = match peer.rsplit_once(':') {
@@ -172,7 +187,7 @@ pub fn conn_event(sh: &Shared, new: bool, peer: &str, fd: i32) {
         },
         None => (peer, "0", "local"),
     };
-    sh.watch.log(LOG_CONNEVENTS, sh.cfg.watcher_logbuf_size as usize, |l| {
+    WATCH.log(LOG_CONNEVENTS, BUF_LIMIT.load(Ordering::Relaxed), |l| {
         if new {
             l.push_str(&format!(
                 "type=conn_new rip={rip} rport={rport} transport={transport} cfd={fd}"
@@ -186,7 +201,13 @@ pub fn conn_event(sh: &Shared, new: bool, peer: &str, fd: i32) {
 }
 
 /// `watch [kinds...]`: the connection becomes a watcher.
-pub fn start(sh: &Arc<Shared>, ctx: &mut Ctx, t: &[&[u8]], noreply: bool, out: &mut Vec<u8>) -> Next {
+pub fn start(
+    sh: &Arc<Shared>,
+    ctx: &mut Ctx,
+    t: &[&[u8]],
+    noreply: bool,
+    out: &mut Vec<u8>,
+) -> Next {
     let say = |out: &mut Vec<u8>, l: &str| {
         if !noreply {
             resp::line(out, l);
@@ -225,8 +246,14 @@ pub fn start(sh: &Arc<Shared>, ctx: &mut Ctx, t: &[&[u8]], noreply: bool, out: &
 
 /// Registers connection `conn` of worker `worker` as a watcher writing into `buf`; the "OK"
 /// (or memcached's refusal) goes first into `out`. False if refused.
-pub fn register(sh: &Shared, conn: usize, worker: usize, flags: u16, buf: Arc<Mutex<Vec<u8>>>, out: &mut Vec<u8>) -> bool {
-    if sh.watch.add(conn, worker, flags, buf) {
+pub fn register(
+    conn: usize,
+    worker: usize,
+    flags: u16,
+    buf: Arc<Mutex<Vec<u8>>>,
+    out: &mut Vec<u8>,
+) -> bool {
+    if WATCH.add(conn, worker, flags, buf) {
         resp::ok(out);
         true
     } else {
@@ -278,6 +305,7 @@ pub fn lru_crawler(sh: &Arc<Shared>, ctx: &Ctx, t: &[&[u8]], out: &mut Vec<u8>) 
                         rt.crawler_starts.fetch_add(1, Ordering::Relaxed);
                         if dump {
                             metadump(sh, &cls, out);
+                            return Next::Pause;
                         } else {
                             resp::ok(out);
                             let (checked, dropped) = sh.store.crawl(&cls);
@@ -324,13 +352,12 @@ pub fn lru_crawler(sh: &Arc<Shared>, ctx: &Ctx, t: &[&[u8]], out: &mut Vec<u8>) 
 
 fn metadump(sh: &Shared, cls: &[usize], out: &mut Vec<u8>) {
     let started = sh.store.process_started();
-    let mut l = String::new();
-    sh.store.for_each(|s| {
+    let mut lines: Vec<(usize, String)> = Vec::new();
+    sh.store.for_each(false, |s| {
         if !cls.is_empty() && !cls.contains(&s.cls) {
             return true;
         }
-        l.clear();
-        l.push_str("key=");
+        let mut l = String::from("key=");
         uriencode(s.item.key(), &mut l);
         let e = s.item.exptime();
         let exp = if e == 0 { -1 } else { i64::from(e) + started };
@@ -346,8 +373,23 @@ fn metadump(sh: &Shared, cls: &[usize], out: &mut Vec<u8>) {
             s.cls,
             s.ntotal
         ));
-        out.extend_from_slice(l.as_bytes());
+        lines.push((s.cls, l));
         true
     });
+    // memcached crawls every class at once, one item of each class in turn
+    let mut per: std::collections::BTreeMap<usize, std::collections::VecDeque<String>> =
+        Default::default();
+    for (c, l) in lines {
+        per.entry(c).or_default().push_back(l);
+    }
+    while !per.is_empty() {
+        per.retain(|_, q| match q.pop_front() {
+            Some(l) => {
+                out.extend_from_slice(l.as_bytes());
+                true
+            }
+            None => false,
+        });
+    }
     resp::end(out);
 }

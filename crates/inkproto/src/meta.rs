@@ -190,7 +190,11 @@ pub fn b64_encode(s: &[u8], out: &mut Vec<u8>) {
         } else {
             b'='
         });
-        out.push(if ch.len() > 2 { T[n as usize & 63] } else { b'=' });
+        out.push(if ch.len() > 2 {
+            T[n as usize & 63]
+        } else {
+            b'='
+        });
     }
 }
 

@@ -78,7 +78,9 @@ pub fn strtol32(t: &[u8]) -> Option<i32> {
 pub fn strtod(t: &[u8]) -> Option<f64> {
     let s = std::str::from_utf8(t).ok()?;
     let s = s.trim_start_matches(|c: char| c.is_ascii() && is_space(c as u8));
-    let end = s.find(|c: char| c.is_ascii() && is_space(c as u8)).unwrap_or(s.len());
+    let end = s
+        .find(|c: char| c.is_ascii() && is_space(c as u8))
+        .unwrap_or(s.len());
     s[..end].parse().ok()
 }
 

@@ -32,13 +32,7 @@ pub const ITEM_HEADER: usize = 48;
 /// zero, the value with its `\r\n`, the CAS if enabled. An item is too large for the cache when
 /// this exceeds the item size limit (`-I`).
 pub fn item_total(nkey: usize, flags: u32, vlen: usize, use_cas: bool) -> usize {
-    ITEM_HEADER
-        + nkey
-        + 1
-        + if flags != 0 { 4 } else { 0 }
-        + vlen
-        + 2
-        + if use_cas { 8 } else { 0 }
+    ITEM_HEADER + nkey + 1 + if flags != 0 { 4 } else { 0 } + vlen + 2 + if use_cas { 8 } else { 0 }
 }
 
 /// The storage commands.

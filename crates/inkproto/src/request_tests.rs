@@ -116,7 +116,10 @@ fn errors_match_memcached() {
     ));
     assert!(matches!(
         one(b"flush_all 10 20\r\n").0,
-        Request::FlushAll { delay: Some(10), .. }
+        Request::FlushAll {
+            delay: Some(10),
+            ..
+        }
     ));
     assert_eq!(error(b"verbosity x\r\n").kind, ErrorKind::BadFormat);
     assert!(error(b"verbosity x noreply\r\n").noreply);
