@@ -18,8 +18,11 @@ pub enum State {
     Done,
 }
 
+/// User and password pairs.
+pub type Users = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Loads the auth file: Err(message) as memcached words it.
-pub fn load(path: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+pub fn load(path: &str) -> Result<Users, String> {
     let data = std::fs::read(path).map_err(|e| {
         // memcached's words, with its strerror twice
         let m = std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)).to_string();

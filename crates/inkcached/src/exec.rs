@@ -88,7 +88,7 @@ pub struct Shared {
     /// Per key prefix counters (`stats detail`).
     pub prefixes: Mutex<crate::admin::Prefixes>,
     /// `-Y`: user and password pairs.
-    pub auth: RwLock<Vec<(Vec<u8>, Vec<u8>)>>,
+    pub auth: RwLock<crate::auth::Users>,
 }
 
 /// What the connection does after a request.

@@ -185,7 +185,7 @@ fn bind_all(
                         // memcached skips addresses that do not bind (no IPv6 here) as long
                         // as one does
                         last_err = Some(match e.root_cause().downcast_ref::<std::io::Error>() {
-                            Some(io) => io.to_string(),
+                            Some(io) => strerror(io),
                             None => format!("{e:#}"),
                         });
                     }
@@ -204,6 +204,15 @@ fn bind_all(
     Ok(())
 }
 
+/// C's `strerror` of an I/O error (without Rust's " (os error N)").
+fn strerror(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
 /// `-s`: the unix socket, with permissions `-a`.
 fn bind_unix(path: &str, mask: u32) -> Result<std::os::unix::net::UnixListener, Fatal> {
     use std::os::unix::fs::FileTypeExt;
@@ -220,7 +229,7 @@ fn bind_unix(path: &str, mask: u32) -> Result<std::os::unix::net::UnixListener, 
     let l = r.map_err(|e| {
         Fatal(
             EX_OSERR,
-            format!("failed to listen on UNIX socket: {path}: {e}"),
+            format!("failed to listen on UNIX socket: {path}: {}", strerror(&e)),
         )
     })?;
     l.set_nonblocking(true)?;

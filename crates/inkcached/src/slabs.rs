@@ -36,7 +36,7 @@ impl Slabs {
                 None => size,
             };
             let mut s = s as u32;
-            if s % 8 != 0 {
+            if !s.is_multiple_of(8) {
                 s += 8 - s % 8;
             }
             sizes.push(s);

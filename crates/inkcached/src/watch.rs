@@ -270,7 +270,7 @@ fn classes(sh: &Shared, arg: &[u8]) -> Option<Vec<usize>> {
     let mut v = Vec::new();
     for p in arg.split(|&b| b == b',').filter(|p| !p.is_empty()) {
         let c = strtoul32(p)? as usize;
-        if c < 1 || c >= crate::slabs::MAX_CLASSES {
+        if !(1..crate::slabs::MAX_CLASSES).contains(&c) {
             return None;
         }
         v.push(c);

@@ -121,7 +121,7 @@ fn stats_conns_lists_connections_as_memcached() {
     let mut recs = Vec::new();
     for port in [mc.port, ink.port] {
         let mut idle = connect(port);
-        assert_eq!(text_on(&mut idle, b"version\r\n").len() > 8, true);
+        assert!(text_on(&mut idle, b"version\r\n").len() > 8);
         let r = text(port, b"stats conns\r\n");
         let s = String::from_utf8_lossy(&r).into_owned();
         assert!(s.contains(":state conn_listening\r\n"), "{s}");

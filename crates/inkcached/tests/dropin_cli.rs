@@ -194,9 +194,11 @@ fn production_command_line_serves() {
 
 /// Starts `prog args` with `MEMCACHED_PORT_FILENAME` set; returns it and the file's lines once
 /// written.
+// the caller kills and waits for the child it gets
+#[allow(clippy::zombie_processes)]
 fn with_port_file(prog: &str, args: &[&str], file: &Path) -> (std::process::Child, String) {
     let _ = std::fs::remove_file(file);
-    let child = Command::new(prog)
+    let mut child = Command::new(prog)
         .args(args)
         .env("MEMCACHED_PORT_FILENAME", file)
         .stdin(Stdio::null())
@@ -207,10 +209,11 @@ fn with_port_file(prog: &str, args: &[&str], file: &Path) -> (std::process::Chil
         if let Ok(s) = std::fs::read_to_string(file) {
             return (child, s);
         }
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "{prog}: no port file"
-        );
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{prog}: no port file");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -247,7 +250,7 @@ fn any_free_port_is_reported_as_memcached_does() {
             let port: u16 = port.parse().unwrap();
             assert_ne!(port, 0);
             if kind == "TCP INET" {
-                assert_eq!(text(port, b"version\r\n").len() > 8, true);
+                assert!(text(port, b"version\r\n").len() > 8);
             }
             shape.push(kind.to_string());
         }
@@ -509,7 +512,7 @@ fn daemon_writes_its_pid_file_and_removes_it() {
         assert!(t.elapsed() < Duration::from_secs(10), "daemon not serving");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(text(port, b"version\r\n").starts_with(b"VERSION "), true);
+    assert!(text(port, b"version\r\n").starts_with(b"VERSION "));
     let s = String::from_utf8(text(port, b"stats\r\n")).unwrap();
     assert!(s.contains(&format!("STAT pid {pid}\r\n")), "{s}");
     // SAFETY: kill sends a signal to the daemon this test started.
@@ -527,10 +530,7 @@ fn daemon_writes_its_pid_file_and_removes_it() {
 fn idle_timeout_closes_idle_connections() {
     let srv = inkcached(&["-o", "idle_timeout=1"]);
     let mut c = connect(srv.port);
-    assert_eq!(
-        text_on(&mut c, b"version\r\n").starts_with(b"VERSION"),
-        true
-    );
+    assert!(text_on(&mut c, b"version\r\n").starts_with(b"VERSION"));
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let t = Instant::now();
     let mut b = [0u8; 16];

@@ -744,7 +744,7 @@ fn parse_meta<'a>(
             Err(_) => line_err("CLIENT_ERROR invalid or duplicate flag"),
         };
     }
-    let Some(vlen) = strtol32(t.toks[2]).filter(|&v| v >= 0 && v <= i32::MAX - 2) else {
+    let Some(vlen) = strtol32(t.toks[2]).filter(|v| (0..=i32::MAX - 2).contains(v)) else {
         return err(ErrorKind::BadFormat);
     };
     let vlen = vlen as usize;
