@@ -3,9 +3,10 @@
 
 CARGO ?= cargo
 DEB_PKGS := clang llvm libelf-dev zlib1g-dev pkg-config bpftool memcached libmemcached-tools \
-            iproute2 ethtool python3 python3-pymemcache python3-pylibmc util-linux procps
+            iproute2 ethtool python3 python3-pymemcache python3-pylibmc util-linux procps \
+            python3-prometheus-client systemd man-db binutils
 
-.PHONY: all deps build test lint demo bench check-consistency clean
+.PHONY: all deps build test lint demo bench check-consistency clean deb pool-demo
 
 all: build
 
@@ -34,6 +35,9 @@ test: build
 	# the kernel cache's tests again, with inkcached as the server instead of stock memcached
 	INKCACHE_TEST_SERVER=inkcached INKCACHED_BIN=$(CURDIR)/target/release/inkcached \
 	    $(CARGO) test --release -p inkcache --no-fail-fast -- --test-threads=2
+	# and once more with inkcached's flash tier answering (every value but the newest on flash)
+	INKCACHE_TEST_SERVER=inkcached INKCACHED_BIN=$(CURDIR)/scripts/inkcached-flash \
+	    $(CARGO) test --release -p inkcache --no-fail-fast -- --test-threads=2
 
 demo: build
 	BIN=target/release scripts/demo.sh
@@ -44,6 +48,15 @@ bench: build
 # The consistency checker for 60 s against memcached + inkcache (CHECK_SECONDS=N to change).
 check-consistency: build
 	BIN=target/release scripts/check.sh $${CHECK_SECONDS:-60} --keys 2048 --writers 2 --flush-ratio 0.00002 --large-ratio 0
+
+# Three memcached servers in their own namespaces with inkcache, clients sharding by consistent
+# hashing (pylibmc ketama, pymemcache rendezvous), then one server killed.
+pool-demo: build
+	BIN=target/release scripts/pool-demo.sh
+
+# The Debian package (binaries, systemd units, environment files, man pages): target/deb/*.deb.
+deb: build
+	packaging/deb.sh target/deb target/release
 
 clean:
 	$(CARGO) clean

@@ -17,6 +17,8 @@ const volatile __u32 settle_off = 0;            /* debug: every write uses the q
 const volatile __u64 quarantine_ns = 1000000000ULL;
 /* A write the server has not answered after this long no longer blocks fills (its connection
  * state was lost, or the server is stuck). */
+/* Secret seed of the key hash, random per attach: nobody can craft keys that share an index set. */
+const volatile __u64 hash_seed = 0;
 const volatile __u64 settle_max_ns = 60000000000ULL;
 
 /* Set by the control plane before load (--max-amplification): a source outside the allowlist is

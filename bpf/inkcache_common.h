@@ -105,9 +105,11 @@ struct ink_way {
 	__u16 hdr_len;         /* bytes of the VALUE line, "\r\n" included */
 	__u8 key_len;
 	__u8 cas_len;          /* bytes of " <cas>" at the end of the VALUE line; 0: no CAS known */
-	__u8 pad0;
+	__u8 flags;            /* WAY_* */
 	__u8 pad;
 };
+
+#define WAY_META_OK 1       /* the item carries no meta state: the kernel may answer mg for it */
 
 struct ink_set {
 	struct bpf_spin_lock lock;
@@ -133,6 +135,9 @@ struct ink_seg {
 #define CONN_INEXACT 2      /* the stream is followed but answers can no longer be counted (quiet
 			     * meta, an error answer, a full FIFO): writes fall back to the quarantine */
 #define CONN_OUT_OK  4      /* the server's initial sequence number is known (SYN-ACK seen) */
+#define CONN_TEXT    8      /* the connection speaks the text protocol (its first byte said so) */
+#define CONN_BINARY  16     /* ... the binary protocol */
+#define CONN_STOPPED 32     /* memcached closes it (quit, a protocol error, an HTTP request) */
 
 struct ink_conn_key {
 	__u8 caddr[16];        /* client, IPv4 as ::ffff:a.b.c.d */
@@ -182,6 +187,22 @@ struct ink_req_key {
  * 1 = already expired or unknown (never serve), ~0 = never expires. */
 #define EXP_NEVER   (~0ULL)
 #define EXP_UNKNOWN 1ULL
+
+/* What the kernel knows of a key written since attach (the ttl_hints map, keyed by the key's
+ * hash): its expiry, and whether its item may carry meta state a get reply does not show. The key
+ * is stored and compared, so two keys whose hashes collide never share a hint: the entry is then
+ * marked shared and neither key is served. */
+#define HINT_SHARED 0xff      /* klen of an entry two keys hash to */
+#define KEY_ROOM    256       /* KEY_MAX rounded up to 8-byte words */
+
+struct ink_hint {
+	__u64 v;               /* expiry (ms) and hint generation, packed (coherence.h) */
+	__u8 klen;             /* the key's length, or HINT_SHARED */
+	__u8 meta;             /* the item may carry meta state (stale, win token sent): mg is
+				* answered by the server */
+	__u8 pad[6];
+	__u8 key[KEY_ROOM];
+};
 
 struct ink_req_val {
 	__u64 ts_ns;           /* when the request arrived */

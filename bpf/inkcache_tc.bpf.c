@@ -76,7 +76,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	h = key_hash(kpos, klen);
 	now = bpf_ktime_get_ns();
 	/* expiry: learned from the last mutation of this key, else bounded by max_age */
-	exp = fill_expiry(h, now, g);
+	exp = fill_expiry(kpos, klen, h, now, g);
 	if (exp <= now) {
 		stat_inc(ST_FILL_SKIPPED);
 		return item_len;
@@ -89,6 +89,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	s->fa.len = item_len;
 	s->fa.hdr = hdr;
 	s->fa.cas = cas;
+	s->fa.flags = s->hint.meta_ok ? WAY_META_OK : 0;
 	stat_inc(table_fill() ? ST_FILLS : ST_FILL_SKIPPED);
 	return item_len;
 }

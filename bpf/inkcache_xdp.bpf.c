@@ -23,6 +23,13 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* Walks scratch.buf[0, end) with the connection's protocol (`binary`): returns where the walk
+ * stopped (a cut line or request to carry over, or end), -1 if everything was voided. */
+static __always_inline int walk_chunk(__u32 end, __u32 binary)
+{
+	return binary ? invalidate_binary(0, end) : invalidate_mutations(0, end);
+}
+
 /* The client's bytes of a followed connection, segment by segment: the segment with sequence
  * number `seq` carries plen bytes at payload_off. Returns 0 if walked, 1 if the connection is not
  * (or no longer) followed: the caller walks the segment on its own. */
@@ -31,7 +38,7 @@ __noinline int ingress_stream(struct xdp_md *ctx, __u32 payload_off, __u32 plen,
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
 	struct ink_conn *c;
-	__u32 off = 0, part, done = 0;
+	__u32 off = 0, part, done = 0, binary;
 	int d;
 
 	if (!s || !g || !ctx)
@@ -41,6 +48,8 @@ __noinline int ingress_stream(struct xdp_md *ctx, __u32 payload_off, __u32 plen,
 		return 1;
 	if (c->gen != (__u32)g->gen || (c->flags & CONN_DESYNC))
 		return 1;
+	if (c->flags & CONN_STOPPED)
+		return 0; /* memcached closes the connection: it executes nothing more from it */
 	d = (int)(seq - c->in_seq);
 	if (d > 0) { /* bytes before this segment were never seen here */
 		conn_lost(CONN_DESYNC);
@@ -58,16 +67,27 @@ __noinline int ingress_stream(struct xdp_md *ctx, __u32 payload_off, __u32 plen,
 	s->ws.stream = 1;
 	s->ws.exact = !(c->flags & CONN_INEXACT);
 	s->ws.desync = 0;
+	s->ws.stopped = 0;
 	s->ws.cmds = c->in_cmds;
 	part = c->in_part_len;
 	if (part > PART_MAX || part_io(DIR_IN, part, 0))
 		goto unsure;
 	s->ws.skip = c->in_skip;
+	/* memcached picks the protocol from the connection's first byte, for good */
+	if (!(c->flags & (CONN_BINARY | CONN_TEXT)) && off < plen && !s->ws.skip && !part) {
+		__u8 b0;
+		if (bpf_xdp_load_bytes(ctx, payload_off + off, &b0, 1))
+			goto unsure;
+		__sync_fetch_and_or(&c->flags, b0 == BIN_REQ_MAGIC ? CONN_BINARY : CONN_TEXT);
+		if (b0 == BIN_REQ_MAGIC)
+			s->ws.exact = 0; /* quiet requests leave answers out: the quarantine settles */
+	}
+	binary = !!(c->flags & CONN_BINARY);
 	for (__u32 i = 0; i < CHUNKS_MAX; i++) {
 		__u64 n;
 		__u32 end;
 		int r;
-		if (off >= plen) {
+		if (off >= plen || s->ws.stopped) {
 			done = 1;
 			break;
 		}
@@ -89,18 +109,7 @@ __noinline int ingress_stream(struct xdp_md *ctx, __u32 payload_off, __u32 plen,
 		if (bpf_xdp_load_bytes(ctx, payload_off + off, &s->buf[part], n))
 			goto unsure;
 		end = part + n;
-		if (part == 0 && BUF(s, 0) == BIN_REQ_MAGIC) {
-			/* binary protocol: requests framed by their body length; quiet commands leave
-			 * answers out, so writes fall back to the quarantine */
-			__s64 rest = invalidate_binary(0, end);
-			if (rest < 0)
-				goto lost; /* everything was invalidated */
-			s->ws.desync = 1;
-			s->ws.skip = (__u32)rest;
-			off += n;
-			continue;
-		}
-		r = invalidate_mutations(0, end);
+		r = walk_chunk(end, binary);
 		if (r < 0)
 			goto lost; /* not sure of the stream: everything was invalidated */
 		r = stream_carry(r, end);
@@ -111,9 +120,11 @@ __noinline int ingress_stream(struct xdp_md *ctx, __u32 payload_off, __u32 plen,
 	}
 	if (!done || part_io(DIR_IN, part, 1))
 		goto unsure; /* a segment longer than we walk */
-	if (s->ws.desync)
+	if (binary || s->ws.desync)
 		conn_lost(CONN_INEXACT);
-	c->in_part_len = part;
+	if (s->ws.stopped)
+		__sync_fetch_and_or(&c->flags, CONN_STOPPED);
+	c->in_part_len = s->ws.stopped ? 0 : part;
 	c->in_cmds = s->ws.cmds;
 	c->in_skip = s->ws.skip;
 	c->in_seq = seq + plen;
@@ -337,12 +348,14 @@ static __always_inline int handle_tcp(struct xdp_md *ctx, struct scratch *s, str
 		stat_inc(ST_ERRORS);
 		return XDP_PASS;
 	}
-	if (plen < p->payload_len)
+	if (plen < p->payload_len) {
 		invalidate_all(ST_INVAL_UNPARSABLE);
-	else if (BUF(s, 0) == BIN_REQ_MAGIC)
-		invalidate_binary(0, plen);
-	else
-		invalidate_mutations(0, plen);
+		return XDP_PASS;
+	}
+	s->ws.stopped = 0;
+	/* a command or request the segment cuts goes on in the next one, unseen here */
+	if (walk_chunk(plen, BUF(s, 0) == BIN_REQ_MAGIC) != (int)plen && !s->ws.stopped)
+		invalidate_all(ST_INVAL_UNPARSABLE);
 	return XDP_PASS;
 }
 
@@ -385,21 +398,41 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 	}
 	plen = p->payload_len - UDP_HDR_MC;
 	req_id = fh->req_id;
-	if (fh->seq != 0 || fh->total != bpf_htons(1) || plen == 0 || plen > PAYLOAD_MAX) {
-		/* memcached refuses multi-datagram requests without executing them */
+	if (fh->total != bpf_htons(1) || plen == 0) {
+		/* memcached drops multi-datagram requests without executing them */
 		stat_inc(ST_ERRORS);
 		return XDP_PASS;
 	}
+	if (plen > PAYLOAD_MAX) {
+		/* memcached executes it (a large datagram, fragmented on the wire): walk what the
+		 * scratch holds, and void the cache if commands may follow beyond it */
+		s->ws.stream = 0;
+		s->ws.exact = 0;
+		s->ws.udp = 1;
+		s->ws.stopped = 0;
+		__u32 n = plen < SCRATCH_LEN ? plen : SCRATCH_LEN;
+		n = ((n - 1) & (SCRATCH_LEN - 1)) + 1;
+		if (bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, n) ||
+		    invalidate_mutations(0, n) < 0 ||
+		    (n < plen && s->ws.skip < plen - n))
+			invalidate_all(ST_INVAL_UNPARSABLE); /* commands may follow unseen */
+		s->ws.udp = 0;
+		stat_inc(ST_PASSED);
+		return XDP_PASS;
+	}
+	/* plen is 1..PAYLOAD_MAX (checked above); restate it so the verifier sees the bound */
+	plen = ((plen - 1) & 2047) + 1;
 	if (bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen)) {
 		stat_inc(ST_ERRORS);
 		invalidate_all(ST_INVAL_UNPARSABLE);
 		return XDP_PASS;
 	}
-	if (plen >= 7 && buf_eq(s, 0, "get ", 4))
+	/* memcached answers whatever the sequence number; the kernel answers only the usual 0 */
+	if (fh->seq == 0 && plen >= 7 && buf_eq(s, 0, "get ", 4))
 		return handle_get(ctx, s, p, plen, req_id, 0);
-	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
+	if (fh->seq == 0 && plen >= 8 && buf_eq(s, 0, "gets ", 5))
 		return handle_get(ctx, s, p, plen, req_id, 1);
-	if (plen >= 6 && buf_eq(s, 0, "mg ", 3) && !p->ip_opts &&
+	if (fh->seq == 0 && plen >= 6 && buf_eq(s, 0, "mg ", 3) && !p->ip_opts &&
 	    handle_mg(ctx, s, p, plen, req_id) == XDP_TX)
 		return XDP_TX;
 	/* a UDP request that is one write is settled by the answer echoing its request id; other
@@ -411,6 +444,7 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 	s->ws.rk.port = p->sport;
 	s->ws.rk.req_id = req_id;
 	s->ws.rk.pad = 0;
+	s->ws.stopped = 0;
 	if (BUF(s, 0) == BIN_REQ_MAGIC) {
 		s->ws.exact = 0;
 		invalidate_binary(0, plen);
@@ -427,25 +461,25 @@ SEC("xdp")
 int inkcache_xdp(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
-	struct pkt p = {};
-	struct scratch *s;
+	struct scratch *s = get_scratch();
+	struct pkt *p;
 	__u16 port;
 
-	if (parse_packet(data, data_end, &p) != PARSE_OK) {
-		stat_inc(ST_PASSED);
-		return XDP_PASS;
-	}
-	port = bpf_ntohs(p.dport);
-	if (!bpf_map_lookup_elem(&ports, &port)) {
-		stat_inc(ST_PASSED);
-		return XDP_PASS;
-	}
-	s = get_scratch();
 	if (!s) {
 		stat_inc(ST_ERRORS);
 		return XDP_PASS;
 	}
-	if (p.proto == IPPROTO_TCP)
-		return handle_tcp(ctx, s, &p);
-	return handle_udp(ctx, s, &p);
+	p = &s->pk; /* the packet's layout lives in the scratch: the stack is short */
+	if (parse_packet(data, data_end, p) != PARSE_OK) {
+		stat_inc(ST_PASSED);
+		return XDP_PASS;
+	}
+	port = bpf_ntohs(p->dport);
+	if (!bpf_map_lookup_elem(&ports, &port)) {
+		stat_inc(ST_PASSED);
+		return XDP_PASS;
+	}
+	if (p->proto == IPPROTO_TCP)
+		return handle_tcp(ctx, s, p);
+	return handle_udp(ctx, s, p);
 }

@@ -98,13 +98,15 @@ struct {
 	__uint(max_entries, 1);
 } global SEC(".maps");
 
-/* Expiry learned from mutations, by key hash (EXP_* values). A key without an entry was not
- * written since attach: it is served at most max_age after its fill. */
+/* What the kernel knows of keys written since attach (struct ink_hint), by key hash. A key
+ * without an entry was not written since attach: it is served at most max_age after its fill.
+ * Entries are allocated as keys are written (--ttl-hints bounds them). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u64);
-	__type(value, __u64);
+	__type(value, struct ink_hint);
 	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 } ttl_hints SEC(".maps");
 
 /* The control plane's record of an attachment (JSON), read by `inkcache status` and `detach`.

@@ -250,6 +250,7 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 		if ((want_cas & LKM_CAS) && !x->cas_len)
 			break;
 		s->lk.exp = x->expire_ns;
+		s->lk.flags = x->flags;
 		pos = x->pos;
 		len = x->len;
 		hdr = x->hdr_len;
@@ -349,6 +350,7 @@ __noinline int table_fill(void)
 			x->hdr_len = s->fa.hdr;
 			x->key_len = s->fa.klen;
 			x->cas_len = s->fa.cas;
+			x->flags = s->fa.flags;
 		}
 	}
 	bpf_spin_unlock(&set->lock);

@@ -262,7 +262,7 @@ impl Keys {
         let mut item = Vec::with_capacity(cfg.keys as usize);
         for id in 0..cfg.keys {
             let name = key_name("k", id, cfg.key_size);
-            hash.push(inkcache::key_hash(name.as_bytes()));
+            hash.push(inkcache::key_hash(0, name.as_bytes()));
             let v = mix.value_len(id, cfg.seed, cfg.key_size)?;
             item.push(item_len(cfg.key_size, v) as u16);
         }

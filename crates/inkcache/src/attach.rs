@@ -32,63 +32,92 @@ pub enum XdpMode {
     Generic,
 }
 
-#[derive(Clone, Debug)]
+/// What `inkcache attach` does: its command-line options, declared (with their defaults) once
+/// here for the CLI and for library users alike.
+#[derive(Clone, Debug, clap::Args)]
 pub struct AttachOpts {
+    /// Interface the server is reached on (repeat for several; they share one cache).
+    #[arg(long = "iface", required = true)]
     pub ifaces: Vec<String>,
+    /// memcached port, UDP and TCP (repeat for several).
+    #[arg(long = "port", default_values_t = [11211u16], value_parser = parse_port)]
     pub ports: Vec<u16>,
-    /// Sources the kernel may answer; empty means each interface's connected subnets.
+    /// Sources the kernel may answer (repeat); default: the interfaces' connected subnets.
+    #[arg(long = "allow", value_parser = parse_cidr)]
     pub allow: Vec<IpNet>,
+    /// Memory for cached items and their index, in MiB.
+    #[arg(long, default_value_t = 64)]
     pub cache_mb: u32,
-    /// Expected average item size: splits `cache_mb` between the index and the log.
+    /// Expected average item size in bytes (VALUE line + data): splits --cache-mb between the
+    /// item log and the index (`status` shows the split and the real average).
+    #[arg(long, default_value_t = crate::layout::DEFAULT_ITEM_BYTES)]
     pub item_bytes: u32,
+    #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
     pub xdp_mode: XdpMode,
-    /// Oldest fill the kernel serves, in seconds (items whose expiry it cannot know).
+    /// Seconds an item filled from a reply may be served when its expiry is unknown (0
+    /// disables the kernel cache).
+    #[arg(long = "max-age", default_value_t = 60)]
     pub max_age_secs: u64,
-    /// Get requests remembered while waiting for their replies (bounds the `pending` map).
+    /// Get requests remembered while their replies are awaited (bounds the `pending` map).
+    #[arg(long = "pending", default_value_t = 65536)]
     pub pending_entries: u32,
-    /// Milliseconds a write the server does not answer (noreply, UDP, connections not followed)
-    /// keeps its key's set from filling (the server's time to apply a write).
+    /// Milliseconds a write the server does not answer (noreply, UDP, connections not
+    /// followed) keeps its key from being filled (the server's time to apply a write).
+    #[arg(long, default_value_t = 1000)]
     pub quarantine_ms: u64,
-    /// TCP connections followed so that writes are settled by the server's answers.
+    /// TCP connections followed from their SYN, so that each write is settled by the server's
+    /// answer to it (bounds the `conns` map, ~1 KiB each).
+    #[arg(long, default_value_t = 4096)]
     pub max_conns: u32,
-    /// Seconds after which a write still unanswered no longer blocks fills.
+    /// Seconds after which a write the server has still not answered stops blocking fills.
+    #[arg(long = "settle-max", default_value_t = 60)]
     pub settle_max_secs: u64,
-    /// Keys whose expiry the kernel remembers (bounds the `ttl_hints` map).
+    /// Keys whose expiry (learned from mutations) the kernel remembers.
+    #[arg(long, default_value_t = 262144)]
     pub ttl_hints: u32,
-    /// Sources outside `allow` are answered by the kernel only with replies at most this many
-    /// times the request (UDP payloads); 0: never.
+    /// Sources outside --allow are answered by the kernel too, but only with replies at most N
+    /// times the size of their request (UDP payloads); 0: never (they reach the server).
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_amplification: u32,
-    /// Debug only: never invalidate (lets the consistency checker prove it can fail).
+    /// Debug: never invalidate (lets the consistency checker prove it can fail).
+    #[arg(long, hide = true)]
     pub debug_no_invalidation: bool,
-    /// Debug only: settle every write by the quarantine, never by the server's answer (shows
-    /// what the exact settling adds).
+    /// Debug: settle every write by the quarantine, never by the server's answer (shows what
+    /// the exact settling adds).
+    #[arg(long, hide = true)]
     pub debug_quarantine_only: bool,
-    /// Debug only: pass partly missing multi-key gets whole instead of splitting them (to
-    /// measure what the split saves).
+    /// Debug: pass partly missing multi-key gets whole instead of splitting them (what the
+    /// split saves).
+    #[arg(long, hide = true)]
     pub debug_no_split: bool,
+    /// The key hash's seed; None: random (tests fix it to craft colliding keys).
+    #[arg(skip)]
+    pub hash_seed: Option<u64>,
 }
 
 impl Default for AttachOpts {
+    /// The CLI's defaults, no interface.
     fn default() -> Self {
-        AttachOpts {
-            ifaces: vec![],
-            ports: vec![11211],
-            allow: vec![],
-            cache_mb: 64,
-            item_bytes: crate::layout::DEFAULT_ITEM_BYTES,
-            xdp_mode: XdpMode::Auto,
-            max_age_secs: 60,
-            pending_entries: 65536,
-            quarantine_ms: 1000,
-            max_conns: 4096,
-            settle_max_secs: 60,
-            ttl_hints: 262144,
-            max_amplification: 0,
-            debug_no_invalidation: false,
-            debug_quarantine_only: false,
-            debug_no_split: false,
-        }
+        use clap::{Args, FromArgMatches};
+        let cmd = AttachOpts::augment_args(clap::Command::new("inkcache"))
+            .mut_arg("ifaces", |a| a.required(false));
+        AttachOpts::from_arg_matches(&cmd.get_matches_from(["inkcache"]))
+            .expect("the declared defaults parse")
     }
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    match s.parse::<u32>() {
+        Ok(p) if (1..=65535).contains(&p) => Ok(p as u16),
+        _ => Err(format!("port out of range: {s} (1-65535)")),
+    }
+}
+
+fn parse_cidr(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("bad CIDR: {s} (expected e.g. 198.18.0.0/15 or fd00::/8)"))
 }
 
 fn probe_helper(prog_type: u32, helper: u32) -> bool {
@@ -211,6 +240,16 @@ impl AttachOpts {
     }
 }
 
+/// A secret seed for the key hash (so that nobody can pick keys that share an index set).
+fn random_seed() -> Result<u64> {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("reading /dev/urandom")?;
+    Ok(u64::from_ne_bytes(b))
+}
+
 /// Storage for the four objects of an attachment (the skeletons borrow it while they live).
 pub struct ObjStorage {
     xdp: MaybeUninit<OpenObject>,
@@ -249,6 +288,7 @@ pub fn load<'obj>(
     st: &'obj mut ObjStorage,
 ) -> Result<Loaded<'obj>> {
     let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
+    let seed = opts.hash_seed.map_or_else(random_seed, Ok)?;
     // Every object compiles bpf/config.h (each has its own generated rodata type, hence a macro).
     macro_rules! set_config {
         ($open:ident, $what:literal) => {{
@@ -266,6 +306,7 @@ pub fn load<'obj>(
             ro.settle_max_ns = opts.settle_max_secs.saturating_mul(1_000_000_000);
             ro.max_amplification = opts.max_amplification;
             ro.no_split = opts.debug_no_split as u32;
+            ro.hash_seed = seed;
         }};
     }
 
@@ -560,7 +601,8 @@ fn attach_one(
     let info = AttachInfo {
         iface: t.iface.clone(),
         ifindex: t.ifindex,
-        netns: sys::netns_name().map(str::to_string),
+        netns: sys::netns_name(),
+        netns_cookie: sys::netns_cookie().unwrap_or(0),
         xdp_mode: mode.into(),
         xdp_prog_id: Program::id_from_fd(xprog.as_fd())?,
         tc_prog_id: Program::id_from_fd(tprog.as_fd())?,
@@ -638,10 +680,7 @@ pub fn detach(iface: &str) -> Result<AttachInfo> {
 fn detach_info(info: &AttachInfo, dir: &std::path::Path) -> Result<()> {
     // The interface may be gone (then the kernel already removed the attachments) or renumbered,
     // or its namespace may be gone (then we are not in it).
-    let here = sys::netns_name().is_none() || info.netns.as_deref() == sys::netns_name();
-    let ns_alive =
-        sys::netns_name().is_none_or(|n| std::path::Path::new("/run/netns").join(n).exists());
-    if here && ns_alive && sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
+    if pins::in_this_netns(info) && sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
         let ifindex = info.ifindex as i32;
         if let Ok(fd) = Program::fd_from_pinned_path(dir.join("xdp")) {
             let x = Xdp::new(fd.as_fd());

@@ -31,8 +31,13 @@ pub const MAPS: &[&str] = &[
 pub struct AttachInfo {
     pub iface: String,
     pub ifindex: u32,
-    /// Network namespace (a name under /run/netns) given with `--netns`.
+    /// Network namespace (a name under /run/netns): given with `--netns`, or the one `ip netns
+    /// exec` ran inkcache in.
     pub netns: Option<String>,
+    /// The network namespace's cookie (unique while the system runs; 0 if unknown): tells
+    /// attachments of unnamed namespaces apart.
+    #[serde(default)]
+    pub netns_cookie: u64,
     /// "native" or "generic".
     pub xdp_mode: String,
     pub xdp_prog_id: u32,
@@ -64,6 +69,14 @@ pub struct AttachInfo {
     pub settle_max_secs: u64,
     /// Interfaces attached by the same command: they share the cache and the counters.
     pub group: Vec<String>,
+}
+
+/// Whether `info` was attached in the network namespace the calling thread runs in.
+pub fn in_this_netns(info: &AttachInfo) -> bool {
+    match sys::netns_cookie() {
+        Some(here) if info.netns_cookie != 0 => info.netns_cookie == here,
+        _ => info.netns == sys::netns_name() && sys::in_named_netns(),
+    }
 }
 
 pub fn root() -> PathBuf {

@@ -194,6 +194,9 @@ fn stats(sh: &Arc<Shared>, ctx: &Ctx, t: &[&[u8]], out: &mut Vec<u8>) -> Next {
             for w in sh.workers.iter() {
                 w.reset();
             }
+            if let Some(e) = sh.store.ext() {
+                e.reset();
+            }
             resp::line(out, "RESET");
         }
         b"detail" => match t.get(2).copied() {
@@ -338,6 +341,9 @@ fn general(sh: &Shared, out: &mut Vec<u8>) {
         C::auth_errors,
     ] {
         s(out, stats::NAMES[name as usize], &v(name));
+        if name == C::get_flushed {
+            stats::extstore_gets(out, store);
+        }
     }
     if sh.cfg.idle_timeout > 0 {
         s(out, "idle_kicks", &v(C::idle_kicks));
@@ -378,6 +384,7 @@ fn general(sh: &Shared, out: &mut Vec<u8>) {
         &sum(|c| c.crawler_items_checked),
     );
     s(out, "store_shards", &store.shard_count());
+    stats::extstore(out, store);
 }
 
 fn settings(sh: &Shared, out: &mut Vec<u8>) {
@@ -487,6 +494,7 @@ fn settings(sh: &Shared, out: &mut Vec<u8>) {
     s(out, "num_napi_ids", &c.napi_ids);
     s(out, "memory_file", &"(null)");
     s(out, "store_shards", &sh.store.shard_count());
+    stats::extstore_settings(out, &sh.store);
 }
 
 fn cachedump(sh: &Shared, t: &[&[u8]], out: &mut Vec<u8>) {
@@ -519,7 +527,7 @@ fn cachedump(sh: &Shared, t: &[&[u8]], out: &mut Vec<u8>) {
         let e = seen.item.exptime();
         let line = format!(
             " [{} b; {} s]\r\n",
-            seen.item.value().len(),
+            seen.item.value_len(),
             if e == 0 { 0 } else { i64::from(e) + started }
         );
         // memcached's 2 MB answer limit

@@ -279,6 +279,16 @@ const LONG: &[(&str, char, bool)] = &[
     ("napi-ids", 'N', true),
 ];
 
+/// The flash tier's long options (`--ext-path=FILE:SIZE` is `-o ext_path=FILE:SIZE`).
+const EXT_LONG: &[&str] = &[
+    "path",
+    "item-size",
+    "page-size",
+    "wbuf-size",
+    "recache-rate",
+    "item-age",
+];
+
 /// getopt_long over `args` (without the program name): (option, value) pairs, or getopt's
 /// complaint (which memcached follows with `Illegal argument "?"`).
 fn getopt(prog: &str, args: &[String]) -> Result<Vec<(char, Option<String>)>, Refusal> {
@@ -290,6 +300,25 @@ fn getopt(prog: &str, args: &[String]) -> Result<Vec<(char, Option<String>)>, Re
         i += 1;
         if a == "--" {
             break;
+        }
+        if let Some(name) = a.strip_prefix("--ext-") {
+            // the flash tier's long options, as `-o ext_*`
+            let (name, val) = match name.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (name, None),
+            };
+            if EXT_LONG.contains(&name) {
+                let v = match val {
+                    Some(v) => v,
+                    None if i < args.len() => {
+                        i += 1;
+                        args[i - 1].clone()
+                    }
+                    None => return bad(format!("option '--ext-{name}' requires an argument")),
+                };
+                out.push(('o', Some(format!("ext_{}={v}", name.replace('-', "_")))));
+                continue;
+            }
         }
         if let Some(l) = a.strip_prefix("--") {
             let (name, val) = match l.split_once('=') {

@@ -6,6 +6,7 @@ mod binexec;
 mod config;
 mod conns;
 mod exec;
+mod ext;
 mod meta;
 mod net;
 mod session;
@@ -15,7 +16,7 @@ mod store;
 mod watch;
 
 use anyhow::Context;
-use config::{Action, Config, Proto, EX_NOUSER, EX_OSERR, EX_USAGE};
+use config::{Action, Config, Proto, EX_NOUSER, EX_OSERR};
 use exec::{Runtime, Shared};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -236,16 +237,16 @@ fn bind_unix(path: &str, mask: u32) -> Result<std::os::unix::net::UnixListener, 
     Ok(l)
 }
 
-/// The flash tier's `-o ext_*` options (see [`Config::ext_opts`]). Without a flash tier in
-/// this build they are refused.
-fn ext_options(cfg: &Config) -> Result<(), Fatal> {
-    if let Some((k, _)) = cfg.ext_opts.first() {
-        return Err(Fatal(
-            EX_USAGE,
-            format!("inkcached: -o {k}: no flash tier in this build"),
-        ));
+/// The flash tier's configuration from the `-o ext_*` options (see [`Config::ext_opts`]).
+fn ext_config(cfg: &Config) -> Result<Option<ext::ExtConfig>, Fatal> {
+    let mut o = ext::ExtOpts::default();
+    let bad = |e: anyhow::Error| Fatal(1, format!("{e:#}"));
+    for (k, v) in &cfg.ext_opts {
+        if !ext::parse_opt(&mut o, k, v.as_deref()).map_err(bad)? {
+            return Err(Fatal(1, format!("Illegal suboption \"{k}\"")));
+        }
     }
-    Ok(())
+    o.config(cfg.item_size_max as usize).map_err(bad)
 }
 
 fn set_rlimits(cfg: &Config) -> Result<(), Fatal> {
@@ -375,7 +376,7 @@ fn save_pid(path: &str) {
 }
 
 fn run(cfg: Config) -> Result<(), Fatal> {
-    ext_options(&cfg)?;
+    let ext_cfg = ext_config(&cfg)?;
     set_rlimits(&cfg)?;
     switch_user(&cfg)?;
     if cfg.daemonize {
@@ -444,7 +445,12 @@ fn run(cfg: Config) -> Result<(), Fatal> {
     };
     let cfg = Arc::new(cfg);
     let shared = Arc::new(Shared {
-        store: store::Store::with_opts(cfg.maxbytes, cfg.item_size_max as usize, opts),
+        store: store::Store::with_ext(
+            cfg.maxbytes,
+            cfg.item_size_max as usize,
+            opts,
+            ext::open_or_log(ext_cfg),
+        ),
         workers: (0..n).map(|_| Default::default()).collect(),
         cfg: cfg.clone(),
         rt,
@@ -477,6 +483,15 @@ fn run(cfg: Config) -> Result<(), Fatal> {
     let _ = watch::WATCH.wakers.set(wakers);
     watch::BUF_LIMIT.store(cfg.watcher_logbuf_size as usize, Ordering::Relaxed);
     let mut handles = Vec::new();
+    if shared.store.ext().is_some() {
+        let sh = shared.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name("ext-maintainer".into())
+                .spawn(move || sh.store.run_ext_maintainer(&sh.shutdown))
+                .context("spawning the flash maintainer")?,
+        );
+    }
     for (w, (socks, poll)) in per_worker.into_iter().zip(polls).enumerate() {
         let sh = shared.clone();
         handles.push(

@@ -135,6 +135,15 @@ fn get(
                 return Ok(None);
             }
         }
+        // the value first: if it is on flash and not read yet, this attempt changes nothing
+        // (it runs again once the value is in)
+        let value = match o.value {
+            true => match e.value() {
+                Some(v) => Some(v),
+                None => return Ok(None),
+            },
+            false => None,
+        };
         let now = e.now;
         let (mut won, mut ttl_set) = (false, false);
         for (c, arg) in flags.iter() {
@@ -156,7 +165,7 @@ fn get(
                         won = true;
                     }
                 }
-                b's' => flag_num(&mut f, b's', e.item().unwrap().value().len() as u64),
+                b's' => flag_num(&mut f, b's', e.item().unwrap().value_len() as u64),
                 b't' => {
                     flag(&mut f, b't');
                     f.extend_from_slice(&ttl(exptime, now));
@@ -192,7 +201,6 @@ fn get(
                 mm.bits |= WON;
             }
         }
-        let value = o.value.then(|| e.item().unwrap().value().to_vec());
         e.count_hit(ttl_set);
         if !o.no_update {
             e.bump();

@@ -10,6 +10,7 @@
 use crate::config::Proto;
 use crate::conns::{addr_text, Kind};
 use crate::exec::{Next, Shared};
+use crate::ext::io::{self as extio, Attempt, Ticket};
 use crate::session::{Session, Step};
 use crate::stats::C;
 use anyhow::{Context, Result};
@@ -30,6 +31,12 @@ mod conn;
 use conn::{Conn, Listener, Status};
 
 const WAKE: Token = Token(usize::MAX - 1);
+/// The flash tier's read completions (see `ext::io`).
+const EXT_IO: Token = Token(usize::MAX - 2);
+/// Tokens of UDP datagrams parked for flash reads start here.
+const PARK_BASE: usize = usize::MAX / 2;
+/// UDP datagrams parked for flash reads per worker at most (more are dropped, as UDP may).
+const MAX_PARKED: usize = 4096;
 /// Tokens below this are listeners and UDP sockets; connections start here.
 const CONN_BASE: usize = 1 << 16;
 /// Stop executing requests of a connection while this much output waits to be sent.
@@ -419,52 +426,215 @@ fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
 }
 
 /// Executes the requests of one datagram, appending the answer to `out`.
-/// Each binary answer is a reply message of its own, as memcached sends them; the text answers
-/// of a datagram go out as one message. `ends` gets the end of every message in `out`.
+/// Executes the requests of one datagram from `pos` on, appending the answer to `out`. Each
+/// binary answer is a reply message of its own, as memcached sends them; the text answers of a
+/// datagram go out as one message. `ends` gets the end of every message in `out`. If a request
+/// must wait for flash reads, returns its ticket and position (its answer and the following
+/// ones are not in `out`).
+#[allow(clippy::too_many_arguments)]
 fn execute_datagram(
     sh: &Arc<Shared>,
     w: usize,
     limits: &Limits,
     dgram: &[u8],
+    mut pos: usize,
+    resume: Option<Ticket>,
     out: &mut Vec<u8>,
     ends: &mut Vec<usize>,
-) {
-    let mut pos = HEADER_LEN;
+) -> Option<(Ticket, usize)> {
     let n = dgram.len();
+    // every request of a datagram speaks the protocol of its first byte
     let mut session = Session::udp();
+    if n > HEADER_LEN {
+        session.proto = if dgram[HEADER_LEN] == inkproto::binary::REQ_MAGIC {
+            crate::config::Proto::Binary
+        } else {
+            crate::config::Proto::Ascii
+        };
+    }
     while pos < n {
         let buf = &dgram[pos..n];
         let before = out.len();
-        match session.step(sh, w, limits, buf, out) {
-            Step::NeedMore => break,
-            Step::Done {
-                used,
-                swallow,
-                next,
-            } => {
-                pos += used + swallow;
-                if session.proto == crate::config::Proto::Binary && out.len() > before {
-                    ends.push(out.len());
-                }
-                if !matches!(next, Next::Continue | Next::Flush | Next::Pause) {
-                    break;
+        let mut used_swallow = None;
+        let r = extio::attempt(&sh.workers[w], resume, out, |out| {
+            match session.step(sh, w, limits, buf, out) {
+                Step::NeedMore => Next::Drop,
+                Step::Done {
+                    used,
+                    swallow,
+                    next,
+                } => {
+                    used_swallow = Some(used + swallow);
+                    next
                 }
             }
+        });
+        let next = match r {
+            Attempt::Done(next) => next,
+            Attempt::Wait(t) => return Some((t, pos)),
+        };
+        let Some(u) = used_swallow else { break };
+        pos += u;
+        if session.proto == crate::config::Proto::Binary && out.len() > before {
+            ends.push(out.len());
+        }
+        if !matches!(next, Next::Continue | Next::Flush | Next::Pause) {
+            break;
         }
     }
     if ends.last() != Some(&out.len()) {
         ends.push(out.len());
     }
+    if let Some(t) = resume {
+        extio::release(t);
+    }
+    None
+}
+
+/// A UDP datagram whose requests wait for flash reads.
+struct Parked {
+    /// Index of the worker's UDP socket it came on.
+    sock: usize,
+    addr: libc::sockaddr_storage,
+    addr_len: libc::socklen_t,
+    request_id: u16,
+    /// The datagram (frame header included) and where execution stopped.
+    dgram: Vec<u8>,
+    pos: usize,
+    /// Answers of the requests before `pos`.
+    out: Vec<u8>,
+    ticket: Ticket,
+}
+
+/// The UDP datagrams a worker parked, by slot (token `PARK_BASE + slot`).
+#[derive(Default)]
+struct ParkedUdp {
+    slots: Vec<Option<Parked>>,
+    free: Vec<usize>,
+    count: usize,
+}
+
+impl ParkedUdp {
+    fn park(&mut self, p: Parked) {
+        let t = p.ticket;
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        self.slots[slot] = Some(p);
+        self.count += 1;
+        extio::watch(t, Token(PARK_BASE + slot));
+    }
+}
+
+/// Executes a parked datagram again; sends its answer once nothing waits any more.
+fn resume_udp(
+    parked: &mut ParkedUdp,
+    slot: usize,
+    udps: &[UdpSocket],
+    sh: &Arc<Shared>,
+    w: usize,
+    limits: &Limits,
+) {
+    let Some(Some(mut p)) = parked.slots.get_mut(slot).map(Option::take) else {
+        return;
+    };
+    parked.free.push(slot);
+    parked.count -= 1;
+    if !extio::is_ready(p.ticket) {
+        parked.park(p);
+        return;
+    }
+    let mut ends = Vec::new();
+    let pos = p.pos;
+    match execute_datagram(
+        sh,
+        w,
+        limits,
+        &p.dgram,
+        pos,
+        Some(p.ticket),
+        &mut p.out,
+        &mut ends,
+    ) {
+        Some((t, pos)) => {
+            p.ticket = t;
+            p.pos = pos;
+            parked.park(p);
+        }
+        None => {
+            let sent = send_reply(
+                udps[p.sock].as_raw_fd(),
+                &p.addr,
+                p.addr_len,
+                p.request_id,
+                &p.out,
+            );
+            sh.workers[w].add(C::bytes_written, sent);
+        }
+    }
+}
+
+/// Sends one answer to `addr`, cut into frames as [`serve_udp`] cuts them. Returns the bytes
+/// sent.
+fn send_reply(
+    fd: RawFd,
+    addr: &libc::sockaddr_storage,
+    addr_len: libc::socklen_t,
+    request_id: u16,
+    payload: &[u8],
+) -> u64 {
+    if payload.is_empty() {
+        return 0;
+    }
+    let total = payload.len().div_ceil(MAX_PAYLOAD);
+    if total > u16::MAX as usize {
+        return 0;
+    }
+    let mut sent = 0;
+    for (j, chunk) in payload.chunks(MAX_PAYLOAD).enumerate() {
+        let h = FrameHeader {
+            request_id,
+            seq: j as u16,
+            total: total as u16,
+            reserved: 0,
+        }
+        .encode();
+        let mut iov = [
+            libc::iovec {
+                iov_base: h.as_ptr() as *mut libc::c_void,
+                iov_len: HEADER_LEN,
+            },
+            libc::iovec {
+                iov_base: chunk.as_ptr() as *mut libc::c_void,
+                iov_len: chunk.len(),
+            },
+        ];
+        // SAFETY: msghdr is plain old data; all-zero is valid.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_name = (addr as *const libc::sockaddr_storage as *mut libc::sockaddr_storage).cast();
+        m.msg_namelen = addr_len;
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = 2;
+        // SAFETY: the message points at `addr`, `h` and `chunk`, all alive for the call, which
+        // only reads them.
+        let r = unsafe { libc::sendmsg(fd, &m, libc::MSG_DONTWAIT) };
+        if r > 0 {
+            sent += r as u64;
+        }
+    }
+    sent
 }
 
 /// Serves one UDP socket: up to [`DGRAMS_PER_TURN`] datagrams, received and answered in
 /// batches. Returns true if more may wait.
 fn serve_udp(
-    sock: &UdpSocket,
+    (sock, sock_idx): (&UdpSocket, usize),
     sh: &Arc<Shared>,
     w: usize,
     limits: &Limits,
     b: &mut UdpBatch,
+    parked: &mut ParkedUdp,
 ) -> bool {
     let fd = sock.as_raw_fd();
     let st = &sh.workers[w];
@@ -495,8 +665,34 @@ fn serve_udp(
                     b.out
                         .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
                     b.ends.push(b.out.len());
-                } else {
-                    execute_datagram(sh, w, limits, dgram, &mut b.out, &mut b.ends);
+                } else if let Some((ticket, pos)) = execute_datagram(
+                    sh,
+                    w,
+                    limits,
+                    dgram,
+                    HEADER_LEN,
+                    None,
+                    &mut b.out,
+                    &mut b.ends,
+                ) {
+                    // Answered later, once the flash reads are in; UDP may drop it when too
+                    // many wait already.
+                    if parked.count < MAX_PARKED {
+                        parked.park(Parked {
+                            sock: sock_idx,
+                            addr: b.addrs[i],
+                            addr_len: b.addr_lens[i],
+                            request_id: hdr.request_id,
+                            dgram: dgram.to_vec(),
+                            pos,
+                            out: b.out[start..].to_vec(),
+                            ticket,
+                        });
+                    } else {
+                        extio::cancel(ticket);
+                    }
+                    b.out.truncate(start);
+                    continue;
                 }
                 for k in 0..b.ends.len() {
                     let end = b.ends[k];
@@ -593,8 +789,13 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     // Listeners not accepting while at the connection limit (without maxconns_fast).
     let mut paused = false;
     let mut last_idle_scan = sh.store.now();
+    let mut parked = ParkedUdp::default();
+    if let Err(e) = extio::init_worker(sh.store.ext(), &registry, EXT_IO) {
+        eprintln!("inkcached: worker {w}: flash reads unavailable ({e:#}); its flash items miss");
+    }
 
     while !sh.shutdown.load(Ordering::Relaxed) {
+        extio::submit_pending();
         let timeout = if pending.is_empty() {
             Some(Duration::from_millis(if paused { 10 } else { 500 }))
         } else {
@@ -645,7 +846,16 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             if tok == WAKE {
                 continue;
             }
+            if tok == EXT_IO {
+                let store = &sh.store;
+                pending.extend(extio::on_event(&mut |k, p| store.drop_flash(k, p)));
+                continue;
+            }
             let t = tok.0;
+            if t >= PARK_BASE {
+                resume_udp(&mut parked, t - PARK_BASE, &udps, &sh, w, &limits);
+                continue;
+            }
             if t < udp_base {
                 // Accept everything waiting.
                 while !paused {
@@ -708,7 +918,8 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                     }
                 }
             } else if t < CONN_BASE {
-                let more = serve_udp(&udps[t - udp_base], &sh, w, &limits, &mut ubatch);
+                let i = t - udp_base;
+                let more = serve_udp((&udps[i], i), &sh, w, &limits, &mut ubatch, &mut parked);
                 if more {
                     pending.push(tok);
                 }
@@ -720,13 +931,16 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                 let status = if c.dropping {
                     Status::Close
                 } else {
-                    c.drive(&sh, w, &limits)
+                    c.drive(&sh, w, &limits, tok)
                 };
                 match status {
                     Status::Idle => {}
                     Status::More => pending.push(tok),
                     Status::Close => {
                         let mut c = conns[idx].take().unwrap();
+                        if let Some(t) = c.wait {
+                            extio::cancel(t);
+                        }
                         let fd = c.sock.fd();
                         let _ = registry.deregister(c.sock.source());
                         let peer = sh.conns.remove(fd).unwrap_or_default();
@@ -747,6 +961,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             }
         }
     }
+    extio::shutdown_worker();
     Ok(())
 }
 

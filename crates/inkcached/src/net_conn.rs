@@ -65,6 +65,11 @@ pub(super) struct Conn {
     pub(super) last_cmd: Arc<AtomicU32>,
     /// A `watch` connection: its log lines arrive here.
     pub(super) watch: Option<Arc<Mutex<Vec<u8>>>>,
+    /// Flash values this connection holds (read for a parked request and the gets pipelined
+    /// behind it), released once it has executed every complete request it has.
+    pub(super) wait: Option<Ticket>,
+    /// The request at `rstart` waits for `wait`'s reads: executed again once they are in.
+    pub(super) parked: bool,
 }
 
 #[derive(PartialEq, Eq)]
@@ -93,6 +98,8 @@ impl Conn {
             session,
             last_cmd: Arc::new(AtomicU32::new(now)),
             watch: None,
+            wait: None,
+            parked: false,
         }
     }
 
@@ -102,7 +109,7 @@ impl Conn {
 
     /// Executes the complete requests in the read buffer, at most `-R` of them; true if it
     /// stopped there with more to do (memcached's `conn_yields`).
-    fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) -> bool {
+    fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits, tok: Token) -> bool {
         let mut reqs = 0;
         let max = sh.cfg.reqs_per_event.max(1) as usize;
         let mut mwrite = None;
@@ -113,6 +120,12 @@ impl Conn {
                 // A watcher sends no more commands; whatever comes is dropped.
                 self.rstart = self.rend;
                 break;
+            }
+            if self.parked {
+                if self.wait.is_some_and(|t| !extio::is_ready(t)) {
+                    break;
+                }
+                self.parked = false;
             }
             if self.swallow > 0 {
                 let n = self.swallow.min(self.rend - self.rstart);
@@ -127,7 +140,39 @@ impl Conn {
             let buf = &self.rbuf[self.rstart..self.rend];
             // answers queued and not written yet (memcached writes at get, mn and noop)
             self.session.ctx.stacked = self.wbuf.len() > self.keep.max(self.wpos);
-            match self.session.step(sh, w, limits, buf, &mut self.wbuf) {
+            let session = &mut self.session;
+            let mut step = Step::NeedMore;
+            let attempt = extio::attempt(&sh.workers[w], self.wait, &mut self.wbuf, |out| {
+                step = session.step(sh, w, limits, buf, out);
+                match &step {
+                    Step::Done { next, .. } => *next,
+                    Step::NeedMore => Next::Continue,
+                }
+            });
+            if let Attempt::Wait(t) = attempt {
+                // A value on flash is being read: this request runs again once it is in.
+                extio::watch(t, tok);
+                self.wait = Some(t);
+                self.parked = true;
+                // Read ahead for the gets pipelined behind it.
+                if let Step::Done { used, .. } = step {
+                    let mut pos = self.rstart + used;
+                    for _ in 0..16 {
+                        match inkproto::request::parse_request_with(
+                            &self.rbuf[pos..self.rend],
+                            limits,
+                        ) {
+                            Ok(Some((next, n))) => {
+                                extio::prefetch(&sh.store, t, &next);
+                                pos += n;
+                            }
+                            _ => break,
+                        }
+                    }
+                }
+                break;
+            }
+            match step {
                 Step::NeedMore => break,
                 Step::Done {
                     used,
@@ -162,6 +207,12 @@ impl Conn {
                         }
                     }
                 }
+            }
+        }
+        if !self.parked {
+            // Every complete request (those read ahead for included) was executed.
+            if let Some(t) = self.wait.take() {
+                extio::release(t);
             }
         }
         if let Some(m) = mwrite {
@@ -215,10 +266,16 @@ impl Conn {
         Ok(())
     }
 
-    pub(super) fn drive(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) -> Status {
+    pub(super) fn drive(
+        &mut self,
+        sh: &Arc<Shared>,
+        w: usize,
+        limits: &Limits,
+        tok: Token,
+    ) -> Status {
         let mut reads = 0;
         loop {
-            let yielded = self.process(sh, w, limits);
+            let yielded = self.process(sh, w, limits, tok);
             if self.dropping {
                 let _ = self.flush(sh, w);
                 return Status::Close;
@@ -226,6 +283,10 @@ impl Conn {
             self.take_watch();
             if self.flush(sh, w).is_err() {
                 return Status::Close;
+            }
+            if self.parked {
+                // Parked on flash reads: the ticket wakes us.
+                return Status::Idle;
             }
             if yielded {
                 return Status::More;

@@ -8,59 +8,127 @@
 //!
 //! Time is memcached's "relative time": seconds since the process started, plus 2 so that an
 //! exptime of 1 always means "already expired".
+//!
+//! With a flash tier ([`crate::ext`]), an item whose value is large enough is not dropped from
+//! the LRU tail but written to flash: its slot keeps the header and key, with a [`Ptr`] in place
+//! of the value, and moves to a second LRU of such items (dropped from its tail only when no
+//! value in RAM is left to move). Reading the value of a flash item goes through
+//! [`crate::ext::io`]: it is at hand (read for the current request, or still in a write buffer),
+//! or the request records that it needs it and is executed again once it was read.
 
 #[path = "store_meta.rs"]
 pub mod meta;
 pub use meta::{ClassStats, Meta, StoreOpts};
 
+use crate::ext::{self, io, Ext, Ptr, Rescue};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Exptimes above this many seconds are absolute unix times (memcached's `REALTIME_MAXDELTA`).
 pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
 
-const HDR: usize = 8 + 4 + 4 + 4 + 1;
+const HDR: usize = 8 + 4 + 4 + 4 + 1 + 1;
 const OFF_CAS: usize = 0;
 const OFF_FLAGS: usize = 8;
 const OFF_EXP: usize = 12;
 const OFF_TIME: usize = 16;
 const OFF_KLEN: usize = 20;
+const OFF_KIND: usize = 21;
+/// Kind bits: the value is on flash (a [`Ptr`] follows the key).
+const K_FLASH: u8 = 1;
+/// The flash value was read since it was written there (it gets another round on compaction).
+const K_FETCHED: u8 = 2;
 const NIL: u32 = u32::MAX;
+/// LRU lists: items with their value in RAM, items with their value on flash.
+const RAM: usize = 0;
+const FLASH: usize = 1;
 /// Bytes counted per item beyond its allocation: slot, hash table entry, allocator header.
 const PER_ITEM_OVERHEAD: usize = 24 + 8 + 16;
 
 /// A read-only view of a stored item.
-pub struct ItemRef<'a>(&'a [u8]);
+pub struct ItemRef<'a> {
+    item: &'a [u8],
+    /// A flash item's value, when at hand.
+    val: Option<&'a [u8]>,
+}
 
 impl<'a> ItemRef<'a> {
+    fn ram(item: &'a [u8]) -> Self {
+        ItemRef { item, val: None }
+    }
     pub fn cas(&self) -> u64 {
-        u64::from_le_bytes(self.0[OFF_CAS..OFF_CAS + 8].try_into().unwrap())
+        u64::from_le_bytes(self.item[OFF_CAS..OFF_CAS + 8].try_into().unwrap())
     }
     pub fn flags(&self) -> u32 {
-        rd32(self.0, OFF_FLAGS)
+        rd32(self.item, OFF_FLAGS)
     }
     /// Expiry in relative seconds, 0 for never.
     pub fn exptime(&self) -> u32 {
-        rd32(self.0, OFF_EXP)
+        rd32(self.item, OFF_EXP)
     }
     /// Relative time of the last store.
     pub fn time(&self) -> u32 {
-        rd32(self.0, OFF_TIME)
+        rd32(self.item, OFF_TIME)
     }
     pub fn key(&self) -> &'a [u8] {
-        let k = self.0[OFF_KLEN] as usize;
-        &self.0[HDR..HDR + k]
+        let k = self.item[OFF_KLEN] as usize;
+        &self.item[HDR..HDR + k]
     }
+    /// True if the value lives on flash.
+    pub fn on_flash(&self) -> bool {
+        is_flash(self.item)
+    }
+    /// The value. For a flash item whose value is not at hand, this records that the current
+    /// request needs it read (it is then executed again: see [`crate::ext::io`]) and returns
+    /// an empty placeholder that must not reach a client.
     pub fn value(&self) -> &'a [u8] {
-        let k = self.0[OFF_KLEN] as usize;
-        &self.0[HDR + k..]
+        if !is_flash(self.item) {
+            let k = self.item[OFF_KLEN] as usize;
+            return &self.item[HDR + k..];
+        }
+        match self.val {
+            Some(v) => v,
+            None => {
+                io::need(ptr_of(self.item), self.key(), self.cas());
+                &[]
+            }
+        }
     }
-    /// Bytes this item accounts for.
+    /// The value's length, without reading a value on flash.
+    pub fn value_len(&self) -> usize {
+        if is_flash(self.item) {
+            ptr_of(self.item).vlen as usize
+        } else {
+            self.item.len() - HDR - self.item[OFF_KLEN] as usize
+        }
+    }
+    /// Bytes this item accounts for in RAM.
     pub fn size(&self) -> usize {
-        self.0.len() + PER_ITEM_OVERHEAD
+        self.item.len() + PER_ITEM_OVERHEAD
+    }
+}
+
+fn is_flash(item: &[u8]) -> bool {
+    item[OFF_KIND] & K_FLASH != 0
+}
+
+fn ptr_of(item: &[u8]) -> Ptr {
+    let k = item[OFF_KLEN] as usize;
+    Ptr::decode(&item[HDR + k..HDR + k + Ptr::LEN])
+}
+
+fn key_of(item: &[u8]) -> &[u8] {
+    &item[HDR..HDR + item[OFF_KLEN] as usize]
+}
+
+fn list_of(item: &[u8]) -> usize {
+    if is_flash(item) {
+        FLASH
+    } else {
+        RAM
     }
 }
 
@@ -84,10 +152,21 @@ fn make_item(key: &[u8], flags: u32, exp: u32, time: u32, cas: u64, parts: &[&[u
     v.extend_from_slice(&exp.to_le_bytes());
     v.extend_from_slice(&time.to_le_bytes());
     v.push(key.len() as u8);
+    v.push(0);
     v.extend_from_slice(key);
     for p in parts {
         v.extend_from_slice(p);
     }
+    v.into_boxed_slice()
+}
+
+/// The same item with its value replaced by a pointer to flash.
+fn flash_item(item: &[u8], p: &Ptr) -> Box<[u8]> {
+    let k = item[OFF_KLEN] as usize;
+    let mut v = Vec::with_capacity(HDR + k + Ptr::LEN);
+    v.extend_from_slice(&item[..HDR + k]);
+    v[OFF_KIND] = K_FLASH;
+    v.extend_from_slice(&p.encode());
     v.into_boxed_slice()
 }
 
@@ -104,8 +183,8 @@ struct Shard {
     table: HashTable<u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    head: u32,
-    tail: u32,
+    heads: [u32; 2],
+    tails: [u32; 2],
     bytes: usize,
     items: usize,
     evictions: u64,
@@ -162,6 +241,8 @@ pub struct StoreStats {
 
 pub struct Store {
     shards: Box<[Mutex<Shard>]>,
+    ext: Option<Arc<Ext>>,
+    recache_counter: AtomicU64,
     shard_shift: u32,
     hasher: hashbrown::DefaultHashBuilder,
     next_cas: AtomicU64,
@@ -183,11 +264,12 @@ impl Store {
     /// A store holding at most `limit` bytes, for items up to `max_item` bytes.
     #[cfg(test)]
     pub fn new(limit: usize, max_item: usize) -> Self {
-        Self::with_opts(limit, max_item, StoreOpts::default())
+        Self::with_ext(limit, max_item, StoreOpts::default(), None)
     }
 
-    /// The same with memcached's `-C`, `-M` and slab classes.
-    pub fn with_opts(limit: usize, max_item: usize, opts: StoreOpts) -> Self {
+    /// The same with memcached's `-C`, `-M` and slab classes, and a flash tier for values
+    /// evicted from RAM.
+    pub fn with_ext(limit: usize, max_item: usize, opts: StoreOpts, ext: Option<Arc<Ext>>) -> Self {
         // Enough shards for concurrency, few enough that each can hold a few max-size items.
         let want = (limit / (2 * max_item.max(1))).clamp(1, 256);
         let n = if want.is_power_of_two() {
@@ -198,8 +280,8 @@ impl Store {
         let shards = (0..n)
             .map(|_| {
                 Mutex::new(Shard {
-                    head: NIL,
-                    tail: NIL,
+                    heads: [NIL; 2],
+                    tails: [NIL; 2],
                     ..Default::default()
                 })
             })
@@ -210,6 +292,8 @@ impl Store {
             .unwrap_or(0);
         Store {
             shards,
+            ext,
+            recache_counter: AtomicU64::new(0),
             shard_shift: 64 - n.trailing_zeros(),
             hasher: Default::default(),
             next_cas: AtomicU64::new(1),
@@ -225,6 +309,19 @@ impl Store {
 
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// The flash tier, if one runs.
+    pub fn ext(&self) -> Option<&Arc<Ext>> {
+        self.ext.as_ref()
+    }
+
+    /// Runs the flash tier's maintainer (writes, compaction) until `stop`; returns at once
+    /// without a flash tier.
+    pub fn run_ext_maintainer(&self, stop: &AtomicBool) {
+        if let Some(e) = &self.ext {
+            e.maintain(self, stop);
+        }
     }
 
     /// Current relative time in seconds.
@@ -274,7 +371,7 @@ impl Store {
     }
 
     fn live(&self, item: &[u8], now: u32) -> bool {
-        let it = ItemRef(item);
+        let it = ItemRef::ram(item);
         let exp = it.exptime();
         if exp != 0 && exp <= now {
             return false;
@@ -289,24 +386,36 @@ impl Store {
         true
     }
 
+    /// A flash item whose page was reclaimed since: its value is gone.
+    fn stale(&self, item: &[u8]) -> bool {
+        is_flash(item) && self.ext.as_ref().is_none_or(|e| !e.valid(&ptr_of(item)))
+    }
+
     /// Looks `key` up; expired or flushed items are removed. Returns the slot index.
     fn find(&self, sh: &mut Shard, h: u64, key: &[u8], now: u32) -> Option<u32> {
         let slots = &sh.slots;
         let Some(&idx) = sh.table.find(h, |&i| {
-            ItemRef(slots[i as usize].item.as_deref().unwrap()).key() == key
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
         }) else {
             crate::watch::on_fetch(key, None, None);
             return None;
         };
-        if self.live(sh.slots[idx as usize].item.as_deref().unwrap(), now) {
-            self.log_fetch(sh, idx);
-            Some(idx)
-        } else {
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        if !self.live(item, now) {
             self.log_gone(sh, idx, now);
             sh.reclaimed += 1;
             self.count_reclaimed(sh, idx);
             self.unlink(sh, h, idx);
             None
+        } else if self.stale(item) {
+            if let Some(e) = &self.ext {
+                e.stats.miss_from_extstore.fetch_add(1, Ordering::Relaxed);
+            }
+            self.unlink(sh, h, idx);
+            None
+        } else {
+            self.log_fetch(sh, idx);
+            Some(idx)
         }
     }
 
@@ -316,23 +425,34 @@ impl Store {
         }
         lru_remove(sh, idx);
         let item = sh.slots[idx as usize].item.take().unwrap();
-        sh.bytes -= ItemRef(&item).size();
-        self.account(-(ItemRef(&item).size() as isize));
+        self.release(&item);
+        sh.bytes -= ItemRef::ram(&item).size();
+        self.account(-(ItemRef::ram(&item).size() as isize));
         sh.items -= 1;
         sh.free.push(idx);
+    }
+
+    /// A flash item leaves RAM: its bytes on flash are dead.
+    fn release(&self, item: &[u8]) {
+        if is_flash(item) {
+            if let Some(e) = &self.ext {
+                e.release(&ptr_of(item), item[OFF_KLEN] as usize);
+            }
+        }
     }
 
     /// Inserts a new item, replacing `old` if given; evicts from the LRU tail to stay in budget.
     /// The item starts with fresh [`Meta`]; returns its slot.
     fn insert(&self, sh: &mut Shard, h: u64, old: Option<u32>, item: Box<[u8]>) -> u32 {
-        let size = ItemRef(&item).size();
+        let size = ItemRef::ram(&item).size();
         let fresh = Meta::fresh(self.now());
         let slot = if let Some(o) = old {
-            let prev = sh.slots[o as usize].item.replace(item).unwrap();
-            sh.slots[o as usize].meta = fresh;
-            sh.bytes = sh.bytes - ItemRef(&prev).size() + size;
-            self.account(size as isize - ItemRef(&prev).size() as isize);
             lru_remove(sh, o);
+            let prev = sh.slots[o as usize].item.replace(item).unwrap();
+            self.release(&prev);
+            sh.slots[o as usize].meta = fresh;
+            sh.bytes = sh.bytes - ItemRef::ram(&prev).size() + size;
+            self.account(size as isize - ItemRef::ram(&prev).size() as isize);
             lru_push_front(sh, o);
             o
         } else {
@@ -354,7 +474,7 @@ impl Store {
             sh.slots[idx as usize].meta = fresh;
             let slots = &sh.slots;
             sh.table.insert_unique(h, idx, |&i| {
-                self.hash(ItemRef(slots[i as usize].item.as_deref().unwrap()).key())
+                self.hash(key_of(slots[i as usize].item.as_deref().unwrap()))
             });
             lru_push_front(sh, idx);
             sh.bytes += size;
@@ -364,26 +484,157 @@ impl Store {
         };
         sh.total_items += 1;
         self.set_class(sh, slot);
-        let newest = sh.head;
+        self.make_room(sh);
+        slot
+    }
+
+    /// Evicts from the LRU tails until the shard is within its budget: values large enough
+    /// move to flash (their item stays, smaller), others are dropped; items whose value is on
+    /// flash are dropped only when no other value is left in RAM. Never the newest item.
+    fn make_room(&self, sh: &mut Shard) {
+        let newest = sh.heads[RAM];
+        let now = self.now();
         let limit = self.shard_limit.load(Ordering::Relaxed);
-        while sh.bytes > limit && sh.tail != NIL && sh.tail != newest {
-            let t = sh.tail;
-            let th = self.hash(ItemRef(sh.slots[t as usize].item.as_deref().unwrap()).key());
-            let now = self.now();
-            if self.live(sh.slots[t as usize].item.as_deref().unwrap(), now) {
-                if !self.opts.evict {
-                    // -M: never evict; only a store that fits gets here (see `fits`).
+        loop {
+            if sh.bytes <= limit {
+                // Within budget: only values stored long enough ago go (ext_item_age).
+                let Some(e) = self.ext.as_ref().filter(|e| e.cfg.item_age != u32::MAX) else {
+                    break;
+                };
+                let t = sh.tails[RAM];
+                if t == NIL || t == newest {
                     break;
                 }
-                sh.evictions += 1;
-                self.count_evicted(sh, t, now);
-            } else {
-                sh.reclaimed += 1;
-                self.count_reclaimed(sh, t);
+                let item = sh.slots[t as usize].item.as_deref().unwrap();
+                if !self.live(item, now) {
+                    let th = self.hash(key_of(item));
+                    sh.reclaimed += 1;
+                    self.unlink(sh, th, t);
+                    continue;
+                }
+                if now.saturating_sub(ItemRef::ram(item).time()) < e.cfg.item_age
+                    || !self.to_flash(sh, t, e)
+                {
+                    break;
+                }
+                continue;
             }
-            self.unlink(sh, th, t);
+            let ft = sh.tails[FLASH];
+            if ft != NIL && self.stale(sh.slots[ft as usize].item.as_deref().unwrap()) {
+                let th = self.hash(key_of(sh.slots[ft as usize].item.as_deref().unwrap()));
+                sh.reclaimed += 1;
+                self.unlink(sh, th, ft);
+                continue;
+            }
+            let t = sh.tails[RAM];
+            let victim = if t != NIL && t != newest {
+                let item = sh.slots[t as usize].item.as_deref().unwrap();
+                let th = self.hash(key_of(item));
+                if !self.live(item, now) {
+                    sh.reclaimed += 1;
+                    self.count_reclaimed(sh, t);
+                    self.unlink(sh, th, t);
+                    continue;
+                }
+                if !self.opts.evict {
+                    // -M: never evict; a store that does not fit was refused (see `fits`)
+                    break;
+                }
+                if let Some(e) = &self.ext {
+                    if self.to_flash(sh, t, e) {
+                        continue;
+                    }
+                }
+                t
+            } else if ft != NIL {
+                ft
+            } else {
+                break;
+            };
+            if !self.opts.evict {
+                break;
+            }
+            let th = self.hash(key_of(sh.slots[victim as usize].item.as_deref().unwrap()));
+            sh.evictions += 1;
+            self.count_evicted(sh, victim, now);
+            self.unlink(sh, th, victim);
         }
-        slot
+    }
+
+    /// Moves the value of the RAM item at `t` to flash; false if it cannot go.
+    fn to_flash(&self, sh: &mut Shard, t: u32, e: &Ext) -> bool {
+        let item = sh.slots[t as usize].item.as_deref().unwrap();
+        let it = ItemRef::ram(item);
+        let Some(p) = e.append(self.hash(it.key()), it.key(), it.cas(), it.value()) else {
+            return false;
+        };
+        let small = flash_item(item, &p);
+        let freed = item.len() - small.len();
+        lru_remove(sh, t);
+        sh.slots[t as usize].item = Some(small);
+        sh.bytes -= freed;
+        self.account(-(freed as isize));
+        lru_push_front(sh, t);
+        true
+    }
+
+    /// Calls `f` with the item at `idx`, its flash value attached when at hand. With `fetch`,
+    /// a flash value at hand marks the item as read (and may bring it back to RAM).
+    fn view<R>(
+        &self,
+        sh: &mut Shard,
+        h: u64,
+        idx: u32,
+        fetch: bool,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> R {
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        let Some(e) = self.ext.as_ref().filter(|_| is_flash(item)) else {
+            return f(ItemRef::ram(item));
+        };
+        let p = ptr_of(item);
+        io::with_value(e, &p, |v| {
+            let Some(v) = v else {
+                return f(ItemRef::ram(
+                    sh.slots[idx as usize].item.as_deref().unwrap(),
+                ));
+            };
+            if fetch {
+                let item = sh.slots[idx as usize].item.as_deref_mut().unwrap();
+                let again = item[OFF_KIND] & K_FETCHED != 0;
+                item[OFF_KIND] |= K_FETCHED;
+                let rate = u64::from(e.cfg.recache_rate);
+                if again
+                    && rate > 0
+                    && self
+                        .recache_counter
+                        .fetch_add(1, Ordering::Relaxed)
+                        .is_multiple_of(rate)
+                {
+                    // Read again from flash: bring the value back to RAM.
+                    let it = ItemRef::ram(item);
+                    let ram = make_item(
+                        it.key(),
+                        it.flags(),
+                        it.exptime(),
+                        it.time(),
+                        it.cas(),
+                        &[v],
+                    );
+                    self.insert(sh, h, Some(idx), ram);
+                    e.stats
+                        .recache_from_extstore
+                        .fetch_add(1, Ordering::Relaxed);
+                    return f(ItemRef::ram(
+                        sh.slots[idx as usize].item.as_deref().unwrap(),
+                    ));
+                }
+            }
+            f(ItemRef {
+                item: sh.slots[idx as usize].item.as_deref().unwrap(),
+                val: Some(v),
+            })
+        })
     }
 
     /// Calls `f` with the item for `key` if present and live; bumps it in the LRU. If `touch` is
@@ -406,13 +657,11 @@ impl Store {
                 exp,
             );
         }
-        if sh.head != idx {
-            lru_remove(&mut sh, idx);
-            lru_push_front(&mut sh, idx);
-        }
+        lru_remove(&mut sh, idx);
+        lru_push_front(&mut sh, idx);
         sh.slots[idx as usize].meta.bump(now);
         self.count_hit(&mut sh, idx, touch.is_some());
-        Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
+        Some(self.view(&mut sh, h, idx, true, f))
     }
 
     /// Like [`Store::get`] but without LRU bump.
@@ -422,137 +671,7 @@ impl Store {
         let now = self.now();
         let mut sh = self.shard(h);
         let idx = self.find(&mut sh, h, key, now)?;
-        Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
-    }
-
-    /// Stores `data` under `key` according to `mode`. `exptime` is the protocol value.
-    pub fn store(
-        &self,
-        mode: Mode,
-        key: &[u8],
-        flags: u32,
-        exptime: i64,
-        data: &[u8],
-    ) -> StoreResult {
-        let cas = match mode {
-            Mode::Cas(c) => c,
-            _ => 0,
-        };
-        self.store_with(mode, key, flags, exptime, data, cas, Meta::default())
-    }
-
-    /// memcached's `do_store_item`. `req_cas` (0: none) is compared for `Cas` (where 0 never
-    /// matches), `Append` and `Prepend`; `Add` ignores it. `extra.stale()` (ms with `I`) lets a
-    /// `Cas` with a lower CAS than the item's store anyway, as a stale item keeping its TTL and
-    /// win token; `extra.key_binary()` marks a key that was sent in base64.
-    #[allow(clippy::too_many_arguments)]
-    pub fn store_with(
-        &self,
-        mode: Mode,
-        key: &[u8],
-        flags: u32,
-        exptime: i64,
-        data: &[u8],
-        req_cas: u64,
-        extra: Meta,
-    ) -> StoreResult {
-        let mut logged = data.len();
-        let r = self.store_inner(mode, key, flags, exptime, data, req_cas, extra, &mut logged);
-        self.log_store(key, mode, flags, exptime, logged, r);
-        r
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn store_inner(
-        &self,
-        mode: Mode,
-        key: &[u8],
-        flags: u32,
-        exptime: i64,
-        data: &[u8],
-        req_cas: u64,
-        extra: Meta,
-        vlen_out: &mut usize,
-    ) -> StoreResult {
-        let h = self.hash(key);
-        let now = self.now();
-        let exp = self.realtime(exptime, now);
-        let mut sh = self.shard(h);
-        let old = self.find(&mut sh, h, key, now);
-        // memcached counts the set in the class of the item it allocated for the data
-        let cls = self.opts.slabs.class_of(inkproto::request::item_total(
-            key.len(),
-            flags,
-            data.len(),
-            self.opts.use_cas,
-        ));
-        self.class_mut(&mut sh, cls.max(1)).cmd_set += 1;
-        // With -C, items carry no CAS and a request's CAS is never seen (memcached's CAS_NONE).
-        let req_cas = if self.opts.use_cas { req_cas } else { 0 };
-        let mut meta_bits = extra.bits & meta::KEY_BINARY;
-        // (flags, exptime, old value goes before (Some(false)) or after (Some(true)) the data)
-        let (flags, exp, join): (u32, u32, Option<bool>) = match (mode, old) {
-            (Mode::Add, Some(o)) => {
-                // memcached bumps the existing item on a failed add.
-                lru_remove(&mut sh, o);
-                lru_push_front(&mut sh, o);
-                return StoreResult::NotStored;
-            }
-            (Mode::Replace | Mode::Append | Mode::Prepend, None) => return StoreResult::NotStored,
-            (Mode::Cas(_), None) => return StoreResult::NotFound,
-            (Mode::Cas(_), Some(o)) => {
-                let it = ItemRef(sh.slots[o as usize].item.as_deref().unwrap());
-                let ocls = sh.slots[o as usize].meta.cls.into();
-                if req_cas != 0 && req_cas == it.cas() {
-                    self.class_mut(&mut sh, ocls).cas_hits += 1;
-                    (flags, exp, None)
-                } else if req_cas != 0 && extra.stale() && req_cas < it.cas() {
-                    let exptime = it.exptime();
-                    meta_bits |= meta::STALE | (sh.slots[o as usize].meta.bits & meta::WON);
-                    self.class_mut(&mut sh, ocls).cas_hits += 1;
-                    (flags, exptime, None)
-                } else {
-                    self.class_mut(&mut sh, ocls).cas_badval += 1;
-                    return StoreResult::Exists;
-                }
-            }
-            (Mode::Append | Mode::Prepend, Some(o)) => {
-                let it = ItemRef(sh.slots[o as usize].item.as_deref().unwrap());
-                if req_cas != 0 && req_cas != it.cas() {
-                    return StoreResult::Exists;
-                }
-                (it.flags(), it.exptime(), Some(mode == Mode::Append))
-            }
-            _ => (flags, exp, None),
-        };
-        let old_len = match (join, old) {
-            (Some(_), Some(o)) => ItemRef(sh.slots[o as usize].item.as_deref().unwrap())
-                .value()
-                .len(),
-            _ => 0,
-        };
-        let vlen = data.len() + old_len;
-        *vlen_out = vlen;
-        if !self.fits(&mut sh, old, item_size(key.len(), vlen), now) {
-            self.count_outofmemory(&mut sh, key.len(), flags, vlen);
-            return StoreResult::NoMemory;
-        }
-        let cas = if self.opts.use_cas {
-            self.next_cas()
-        } else {
-            0
-        };
-        let item = match (join, old) {
-            (Some(after), Some(o)) => {
-                let prev = ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).value();
-                let parts: [&[u8]; 2] = if after { [prev, data] } else { [data, prev] };
-                make_item(key, flags, exp, now, cas, &parts)
-            }
-            _ => make_item(key, flags, exp, now, cas, &[data]),
-        };
-        let slot = self.insert(&mut sh, h, old, item);
-        sh.slots[slot as usize].meta.bits |= meta_bits;
-        StoreResult::Stored(cas)
+        Some(self.view(&mut sh, h, idx, false, f))
     }
 
     /// Removes `key`; with `cas` given, only if it matches. Returns Ok(true) if deleted,
@@ -565,7 +684,7 @@ impl Store {
             return Ok(false);
         };
         if let Some(c) = cas {
-            if ItemRef(sh.slots[idx as usize].item.as_deref().unwrap()).cas() != c {
+            if ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap()).cas() != c {
                 return Err(());
             }
         }
@@ -589,34 +708,27 @@ impl Store {
         let Some(idx) = self.find(&mut sh, h, key, now) else {
             return DeltaResult::NotFound;
         };
-        let it = ItemRef(sh.slots[idx as usize].item.as_deref().unwrap());
+        let it = ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap());
         if let Some(c) = cas.filter(|&c| c != 0) {
             if it.cas() != c {
                 return DeltaResult::Exists;
             }
         }
+        if it.on_flash() {
+            return self.delta_flash(&mut sh, h, idx, incr, delta);
+        }
         let Some(cur) = parse_counter(it.value()) else {
             return DeltaResult::NonNumeric;
         };
-        let cls = sh.slots[idx as usize].meta.cls.into();
-        let c = self.class_mut(&mut sh, cls);
-        if incr {
-            c.incr_hits += 1;
-        } else {
-            c.decr_hits += 1;
-        }
-        let it = ItemRef(sh.slots[idx as usize].item.as_deref().unwrap());
+        self.count_delta(&mut sh, idx, incr);
+        let it = ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap());
         let new = if incr {
             cur.wrapping_add(delta)
         } else {
             cur.saturating_sub(delta)
         };
         let digits = new.to_string();
-        let newcas = if self.opts.use_cas {
-            self.next_cas()
-        } else {
-            0
-        };
+        let newcas = self.new_cas();
         let old_len = it.value().len();
         if digits.len() <= old_len {
             let slot = sh.slots[idx as usize].item.as_deref_mut().unwrap();
@@ -639,6 +751,74 @@ impl Store {
             self.insert(&mut sh, h, Some(idx), item);
         }
         DeltaResult::Ok(new, newcas)
+    }
+
+    /// incr/decr of an item whose value is on flash: the same result as in RAM (a shorter
+    /// number padded with spaces to the old length), as a new item in RAM.
+    fn delta_flash(&self, sh: &mut Shard, h: u64, idx: u32, incr: bool, delta: u64) -> DeltaResult {
+        let r = self.view(sh, h, idx, false, |it| {
+            let v = it.value();
+            if io::pending_needs() {
+                return None;
+            }
+            let Some(cur) = parse_counter(v) else {
+                return Some(Err(()));
+            };
+            let new = if incr {
+                cur.wrapping_add(delta)
+            } else {
+                cur.saturating_sub(delta)
+            };
+            let mut digits = new.to_string().into_bytes();
+            if digits.len() < v.len() {
+                digits.resize(v.len(), b' ');
+            }
+            Some(Ok((new, digits, it.flags(), it.exptime(), it.time())))
+        });
+        match r {
+            // Not read yet: the attempt is executed again (the answer is discarded).
+            None => DeltaResult::NotFound,
+            Some(Err(())) => DeltaResult::NonNumeric,
+            Some(Ok((new, digits, flags, exp, time))) => {
+                self.count_delta(sh, idx, incr);
+                let newcas = self.new_cas();
+                let key = key_of(sh.slots[idx as usize].item.as_deref().unwrap()).to_vec();
+                let item = make_item(&key, flags, exp, time, newcas, &[&digits]);
+                self.insert(sh, h, Some(idx), item);
+                DeltaResult::Ok(new, newcas)
+            }
+        }
+    }
+
+    /// Where the value of `key` is on flash, and its CAS: None if it is absent, expired, in
+    /// RAM, or its page was reclaimed. Changes nothing (no LRU bump, no reclaim).
+    pub fn flash_ref(&self, key: &[u8]) -> Option<(Ptr, u64)> {
+        let h = self.hash(key);
+        let now = self.now();
+        let sh = self.shard(h);
+        let slots = &sh.slots;
+        let &idx = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        })?;
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        (is_flash(item) && self.live(item, now) && !self.stale(item))
+            .then(|| (ptr_of(item), ItemRef::ram(item).cas()))
+    }
+
+    /// Drops `key` if its value is still the one at `p` on flash (a failed read).
+    pub fn drop_flash(&self, key: &[u8], p: &Ptr) {
+        let h = self.hash(key);
+        let mut sh = self.shard(h);
+        let slots = &sh.slots;
+        let Some(&idx) = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        }) else {
+            return;
+        };
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        if is_flash(item) && ptr_of(item) == *p {
+            self.unlink(&mut sh, h, idx);
+        }
     }
 
     /// `flush_all [delay]`.
@@ -692,20 +872,57 @@ fn parse_counter(v: &[u8]) -> Option<u64> {
     Some(n)
 }
 
+impl ext::Rescuer for Store {
+    fn rescue(&self, _khash: u64, key: &[u8], old: &Ptr, value: &[u8]) -> Rescue {
+        let Some(e) = &self.ext else {
+            return Rescue::Skipped;
+        };
+        let h = self.hash(key);
+        let now = self.now();
+        let mut sh = self.shard(h);
+        let slots = &sh.slots;
+        let Some(&idx) = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        }) else {
+            return Rescue::Skipped;
+        };
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        if !is_flash(item)
+            || ptr_of(item) != *old
+            || item[OFF_KIND] & K_FETCHED == 0
+            || !self.live(item, now)
+        {
+            return Rescue::Skipped;
+        }
+        let cas = ItemRef::ram(item).cas();
+        let Some(p) = e.append(h, key, cas, value) else {
+            return Rescue::NoRoom;
+        };
+        let item = sh.slots[idx as usize].item.as_deref_mut().unwrap();
+        let k = item[OFF_KLEN] as usize;
+        item[HDR + k..HDR + k + Ptr::LEN].copy_from_slice(&p.encode());
+        // Read again before the next round, or it goes with its page.
+        item[OFF_KIND] &= !K_FETCHED;
+        e.release(old, k);
+        Rescue::Moved
+    }
+}
+
 fn lru_remove(sh: &mut Shard, idx: u32) {
+    let l = list_of(sh.slots[idx as usize].item.as_deref().unwrap());
     let (p, n) = {
         let s = &sh.slots[idx as usize];
         (s.prev, s.next)
     };
     if p != NIL {
         sh.slots[p as usize].next = n;
-    } else if sh.head == idx {
-        sh.head = n;
+    } else if sh.heads[l] == idx {
+        sh.heads[l] = n;
     }
     if n != NIL {
         sh.slots[n as usize].prev = p;
-    } else if sh.tail == idx {
-        sh.tail = p;
+    } else if sh.tails[l] == idx {
+        sh.tails[l] = p;
     }
     let s = &mut sh.slots[idx as usize];
     s.prev = NIL;
@@ -713,7 +930,8 @@ fn lru_remove(sh: &mut Shard, idx: u32) {
 }
 
 fn lru_push_front(sh: &mut Shard, idx: u32) {
-    let old = sh.head;
+    let l = list_of(sh.slots[idx as usize].item.as_deref().unwrap());
+    let old = sh.heads[l];
     {
         let s = &mut sh.slots[idx as usize];
         s.prev = NIL;
@@ -722,9 +940,9 @@ fn lru_push_front(sh: &mut Shard, idx: u32) {
     if old != NIL {
         sh.slots[old as usize].prev = idx;
     } else {
-        sh.tail = idx;
+        sh.tails[l] = idx;
     }
-    sh.head = idx;
+    sh.heads[l] = idx;
 }
 
 #[cfg(test)]

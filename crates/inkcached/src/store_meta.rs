@@ -2,7 +2,11 @@
 //! (fetched, stale, win token sent, binary key), per slab class counters, `-M` and `-C`, and
 //! the locked single-key access the meta commands need. A child module of `store`.
 
-use super::{ItemRef, Shard, Store, NIL};
+use super::{
+    item_size, lru_push_front, lru_remove, make_item, ItemRef, Mode, Shard, Store, StoreResult,
+    FLASH, NIL, RAM,
+};
+use crate::ext::io;
 use crate::slabs::{Slabs, MAX_CLASSES};
 use inkproto::request::item_total;
 use std::sync::atomic::Ordering;
@@ -126,7 +130,7 @@ impl Entry<'_> {
     /// The live item, if any.
     pub fn item(&self) -> Option<ItemRef<'_>> {
         self.idx
-            .map(|i| ItemRef(self.sh.slots[i as usize].item.as_deref().unwrap()))
+            .map(|i| ItemRef::ram(self.sh.slots[i as usize].item.as_deref().unwrap()))
     }
     pub fn meta(&self) -> Meta {
         self.idx
@@ -174,7 +178,7 @@ impl Entry<'_> {
         } else {
             0
         };
-        let item = super::make_item(self.key, 0, exptime_rel, self.now, cas, &[]);
+        let item = make_item(self.key, 0, exptime_rel, self.now, cas, &[]);
         let i = self.store.insert(self.sh, self.h, None, item);
         if key_binary {
             self.sh.slots[i as usize].meta.bits |= KEY_BINARY;
@@ -185,12 +189,22 @@ impl Entry<'_> {
     /// LRU bump of a fetch: marks the item fetched and accessed now.
     pub fn bump(&mut self) {
         if let Some(i) = self.idx {
-            super::lru_remove(self.sh, i);
-            super::lru_push_front(self.sh, i);
+            lru_remove(self.sh, i);
+            lru_push_front(self.sh, i);
             let now = self.now;
             self.sh.slots[i as usize].meta.bump(now);
         }
     }
+    /// A copy of the live item's value; None if it is on flash and not read yet (the
+    /// request is then executed again once it is: change nothing before asking).
+    pub fn value(&mut self) -> Option<Vec<u8>> {
+        let i = self.idx?;
+        let v = self
+            .store
+            .view(self.sh, self.h, i, true, |it| it.value().to_vec());
+        (!io::pending_needs()).then_some(v)
+    }
+
     /// Counts a hit on the live item in its class (`touch`: a touch hit).
     pub fn count_hit(&mut self, touch: bool) {
         if let Some(i) = self.idx {
@@ -223,12 +237,133 @@ impl Entry<'_> {
 }
 
 impl Store {
+    /// Stores `data` under `key` according to `mode`. `exptime` is the protocol value.
+    pub fn store(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+    ) -> StoreResult {
+        let cas = match mode {
+            Mode::Cas(c) => c,
+            _ => 0,
+        };
+        self.store_with(mode, key, flags, exptime, data, cas, Meta::default())
+    }
+
+    /// memcached's `do_store_item`. `req_cas` (0: none) is compared for `Cas` (where 0 never
+    /// matches), `Append` and `Prepend`; `Add` ignores it. `extra.stale()` (ms with `I`) lets a
+    /// `Cas` with a lower CAS than the item's store anyway, as a stale item keeping its TTL and
+    /// win token; `extra`'s [`KEY_BINARY`] marks a key that was sent in base64.
+    #[allow(clippy::too_many_arguments)]
+    pub fn store_with(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+        req_cas: u64,
+        extra: Meta,
+    ) -> StoreResult {
+        let mut logged = data.len();
+        let r = self.store_inner(mode, key, flags, exptime, data, req_cas, extra, &mut logged);
+        self.log_store(key, mode, flags, exptime, logged, r);
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn store_inner(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+        req_cas: u64,
+        extra: Meta,
+        vlen_out: &mut usize,
+    ) -> StoreResult {
+        let h = self.hash(key);
+        let now = self.now();
+        let exp = self.realtime(exptime, now);
+        let mut sh = self.shard(h);
+        let old = self.find(&mut sh, h, key, now);
+        // memcached counts the set in the class of the item it allocated for the data
+        let cls =
+            self.opts
+                .slabs
+                .class_of(item_total(key.len(), flags, data.len(), self.opts.use_cas));
+        self.class_mut(&mut sh, cls.max(1)).cmd_set += 1;
+        // With -C, items carry no CAS and a request's CAS is never seen (memcached's CAS_NONE).
+        let req_cas = if self.opts.use_cas { req_cas } else { 0 };
+        let mut meta_bits = extra.bits & KEY_BINARY;
+        let (flags, exp, join) = match (mode, old) {
+            (Mode::Add, Some(o)) => {
+                // memcached bumps the existing item on a failed add.
+                lru_remove(&mut sh, o);
+                lru_push_front(&mut sh, o);
+                return StoreResult::NotStored;
+            }
+            (Mode::Replace | Mode::Append | Mode::Prepend, None) => return StoreResult::NotStored,
+            (Mode::Cas(_), None) => return StoreResult::NotFound,
+            (Mode::Cas(_), Some(o)) => {
+                let it = ItemRef::ram(sh.slots[o as usize].item.as_deref().unwrap());
+                let (cas, exptime) = (it.cas(), it.exptime());
+                let ocls = sh.slots[o as usize].meta.cls.into();
+                if req_cas != 0 && req_cas == cas {
+                    self.class_mut(&mut sh, ocls).cas_hits += 1;
+                    (flags, exp, None)
+                } else if req_cas != 0 && extra.stale() && req_cas < cas {
+                    meta_bits |= STALE | (sh.slots[o as usize].meta.bits & WON);
+                    self.class_mut(&mut sh, ocls).cas_hits += 1;
+                    (flags, exptime, None)
+                } else {
+                    self.class_mut(&mut sh, ocls).cas_badval += 1;
+                    return StoreResult::Exists;
+                }
+            }
+            (Mode::Append | Mode::Prepend, Some(o)) => {
+                let it = ItemRef::ram(sh.slots[o as usize].item.as_deref().unwrap());
+                if req_cas != 0 && req_cas != it.cas() {
+                    return StoreResult::Exists;
+                }
+                // the old value, read from flash if it lives there
+                let (f, e) = (it.flags(), it.exptime());
+                let prev = self.view(&mut sh, h, o, false, |it| it.value().to_vec());
+                if io::pending_needs() {
+                    // not read yet: nothing changes until it is (the request runs again)
+                    return StoreResult::NotStored;
+                }
+                (f, e, Some((mode == Mode::Append, prev)))
+            }
+            _ => (flags, exp, None),
+        };
+        let vlen = data.len() + join.as_ref().map_or(0, |(_, p)| p.len());
+        *vlen_out = vlen;
+        if !self.fits(&mut sh, old, item_size(key.len(), vlen), now) {
+            self.count_outofmemory(&mut sh, key.len(), flags, vlen);
+            return StoreResult::NoMemory;
+        }
+        let cas = self.new_cas();
+        let item = match &join {
+            Some((true, prev)) => make_item(key, flags, exp, now, cas, &[prev, data]),
+            Some((false, prev)) => make_item(key, flags, exp, now, cas, &[data, prev]),
+            None => make_item(key, flags, exp, now, cas, &[data]),
+        };
+        let slot = self.insert(&mut sh, h, old, item);
+        sh.slots[slot as usize].meta.bits |= meta_bits;
+        StoreResult::Stored(cas)
+    }
+
     /// memcached's class of an item and its `ITEM_ntotal`.
     pub fn class_of(&self, it: &ItemRef<'_>) -> (usize, usize) {
         let n = item_total(
             it.key().len(),
             it.flags(),
-            it.value().len(),
+            it.value_len(),
             self.opts.use_cas,
         );
         (self.opts.slabs.class_of(n).max(1), n)
@@ -251,12 +386,8 @@ impl Store {
             return;
         }
         let slot = &sh.slots[idx as usize];
-        let it = ItemRef(slot.item.as_deref().unwrap());
-        crate::watch::on_fetch(
-            it.key(),
-            Some((slot.meta.cls.into(), it.value().len())),
-            None,
-        );
+        let it = ItemRef::ram(slot.item.as_deref().unwrap());
+        crate::watch::on_fetch(it.key(), Some((slot.meta.cls.into(), it.value_len())), None);
     }
 
     /// `watch fetchers`: a stored item was found expired or flushed.
@@ -264,7 +395,7 @@ impl Store {
         if crate::watch::WATCH.count() == 0 {
             return;
         }
-        let it = ItemRef(sh.slots[idx as usize].item.as_deref().unwrap());
+        let it = ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap());
         let expired = it.exptime() != 0 && it.exptime() <= now;
         crate::watch::on_fetch(
             it.key(),
@@ -286,7 +417,6 @@ impl Store {
         if crate::watch::WATCH.count() == 0 {
             return;
         }
-        use super::Mode;
         let cmd = match mode {
             Mode::Add => "add",
             Mode::Set => "set",
@@ -307,7 +437,9 @@ impl Store {
 
     /// The class of the item at `idx`, kept in its meta.
     pub(super) fn set_class(&self, sh: &mut Shard, idx: u32) {
-        let (cls, _) = self.class_of(&ItemRef(sh.slots[idx as usize].item.as_deref().unwrap()));
+        let (cls, _) = self.class_of(&ItemRef::ram(
+            sh.slots[idx as usize].item.as_deref().unwrap(),
+        ));
         sh.slots[idx as usize].meta.cls = cls as u8;
     }
 
@@ -325,7 +457,7 @@ impl Store {
 
     pub(super) fn count_evicted(&self, sh: &mut Shard, idx: u32, now: u32) {
         let slot = &sh.slots[idx as usize];
-        let it = ItemRef(slot.item.as_deref().unwrap());
+        let it = ItemRef::ram(slot.item.as_deref().unwrap());
         let (cls, _) = self.class_of(&it);
         let (nonzero, meta) = (it.exptime() != 0, slot.meta);
         let c = self.class_mut(sh, cls);
@@ -337,7 +469,7 @@ impl Store {
 
     pub(super) fn count_reclaimed(&self, sh: &mut Shard, idx: u32) {
         let slot = &sh.slots[idx as usize];
-        let (cls, _) = self.class_of(&ItemRef(slot.item.as_deref().unwrap()));
+        let (cls, _) = self.class_of(&ItemRef::ram(slot.item.as_deref().unwrap()));
         let unfetched = !slot.meta.has(FETCHED);
         let c = self.class_mut(sh, cls);
         c.reclaimed += 1;
@@ -371,17 +503,17 @@ impl Store {
         }
         let limit = self.shard_limit.load(Ordering::Relaxed) * self.shards.len();
         let freed = old.map_or(0, |o| {
-            ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).size()
+            ItemRef::ram(sh.slots[o as usize].item.as_deref().unwrap()).size()
         });
         let over = |s: &Self| s.used.load(Ordering::Relaxed) + size > limit + freed;
         let mut looked = 0;
-        while over(self) && sh.tail != NIL && looked < 50 {
-            let t = sh.tail;
+        while over(self) && sh.tails[RAM] != NIL && looked < 50 {
+            let t = sh.tails[RAM];
             looked += 1;
             if Some(t) == old || self.live(sh.slots[t as usize].item.as_deref().unwrap(), now) {
                 break;
             }
-            let th = self.hash(ItemRef(sh.slots[t as usize].item.as_deref().unwrap()).key());
+            let th = self.hash(ItemRef::ram(sh.slots[t as usize].item.as_deref().unwrap()).key());
             sh.reclaimed += 1;
             self.count_reclaimed(sh, t);
             self.unlink(sh, th, t);
@@ -414,23 +546,26 @@ impl Store {
         let now = self.now();
         for s in self.shards.iter() {
             let sh = s.lock().unwrap_or_else(|p| p.into_inner());
-            let mut i = if mru { sh.head } else { sh.tail };
-            while i != NIL {
-                let slot = &sh.slots[i as usize];
-                let it = ItemRef(slot.item.as_deref().unwrap());
-                if self.live(slot.item.as_deref().unwrap(), now) {
-                    let (cls, ntotal) = self.class_of(&it);
-                    let seen = Seen {
-                        item: it,
-                        meta: slot.meta,
-                        cls,
-                        ntotal,
-                    };
-                    if !f(&seen) {
-                        return;
+            // items with their value in RAM, then those with it on flash
+            for list in [RAM, FLASH] {
+                let mut i = if mru { sh.heads[list] } else { sh.tails[list] };
+                while i != NIL {
+                    let slot = &sh.slots[i as usize];
+                    let it = ItemRef::ram(slot.item.as_deref().unwrap());
+                    if self.live(slot.item.as_deref().unwrap(), now) {
+                        let (cls, ntotal) = self.class_of(&it);
+                        let seen = Seen {
+                            item: it,
+                            meta: slot.meta,
+                            cls,
+                            ntotal,
+                        };
+                        if !f(&seen) {
+                            return;
+                        }
                     }
+                    i = if mru { slot.next } else { slot.prev };
                 }
-                i = if mru { slot.next } else { slot.prev };
             }
         }
     }
@@ -442,24 +577,26 @@ impl Store {
         let (mut checked, mut dropped) = (0, 0);
         for s in self.shards.iter() {
             let mut sh = s.lock().unwrap_or_else(|p| p.into_inner());
-            let mut i = sh.tail;
-            while i != NIL {
-                let prev = sh.slots[i as usize].prev;
-                let it = ItemRef(sh.slots[i as usize].item.as_deref().unwrap());
-                let (cls, _) = self.class_of(&it);
-                if classes.is_empty() || classes.contains(&cls) {
-                    checked += 1;
-                    self.class_mut(&mut sh, cls).crawler_items_checked += 1;
-                    if !self.live(sh.slots[i as usize].item.as_deref().unwrap(), now) {
-                        let h =
-                            self.hash(ItemRef(sh.slots[i as usize].item.as_deref().unwrap()).key());
-                        sh.reclaimed += 1;
-                        self.class_mut(&mut sh, cls).crawler_reclaimed += 1;
-                        self.unlink(&mut sh, h, i);
-                        dropped += 1;
+            for list in [RAM, FLASH] {
+                let mut i = sh.tails[list];
+                while i != NIL {
+                    let prev = sh.slots[i as usize].prev;
+                    let item = sh.slots[i as usize].item.as_deref().unwrap();
+                    let (cls, _) = self.class_of(&ItemRef::ram(item));
+                    if classes.is_empty() || classes.contains(&cls) {
+                        checked += 1;
+                        self.class_mut(&mut sh, cls).crawler_items_checked += 1;
+                        let item = sh.slots[i as usize].item.as_deref().unwrap();
+                        if !self.live(item, now) {
+                            let h = self.hash(ItemRef::ram(item).key());
+                            sh.reclaimed += 1;
+                            self.class_mut(&mut sh, cls).crawler_reclaimed += 1;
+                            self.unlink(&mut sh, h, i);
+                            dropped += 1;
+                        }
                     }
+                    i = prev;
                 }
-                i = prev;
             }
         }
         (checked, dropped)
@@ -495,7 +632,7 @@ impl Store {
                 let Some(item) = slot.item.as_deref() else {
                     continue;
                 };
-                let (cls, n) = self.class_of(&ItemRef(item));
+                let (cls, n) = self.class_of(&ItemRef::ram(item));
                 out[cls].number += 1;
                 out[cls].requested += n as u64;
                 oldest[cls] = oldest[cls].min(slot.meta.atime);
@@ -513,6 +650,26 @@ impl Store {
     pub fn set_limit(&self, limit: usize) {
         self.shard_limit
             .store(limit / self.shards.len(), Ordering::Relaxed);
+    }
+
+    /// A CAS for a changed item (0 with `-C`).
+    pub(super) fn new_cas(&self) -> u64 {
+        if self.opts.use_cas {
+            self.next_cas()
+        } else {
+            0
+        }
+    }
+
+    /// An incr or decr hit on the item at `idx`, in its class.
+    pub(super) fn count_delta(&self, sh: &mut Shard, idx: u32, incr: bool) {
+        let cls = sh.slots[idx as usize].meta.cls.into();
+        let c = self.class_mut(sh, cls);
+        if incr {
+            c.incr_hits += 1;
+        } else {
+            c.decr_hits += 1;
+        }
     }
 
     /// The CAS the next stored item gets.

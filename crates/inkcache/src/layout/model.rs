@@ -30,7 +30,7 @@ pub const SEG_UNITS: u64 = SEG_BYTES as u64 / 16;
 pub struct Key {
     /// Identifies the key's bytes: two keys are equal iff their ids are (the full compare).
     pub id: u32,
-    /// `inkcache::key_hash` of the key's bytes.
+    /// `inkcache::key_hash` of the key's bytes (any seed).
     pub hash: u64,
     /// Key length in bytes.
     pub len: u8,

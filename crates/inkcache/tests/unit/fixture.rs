@@ -19,6 +19,8 @@ pub const TC_ACT_OK: u32 = 0;
 
 /// The quarantine the fixture is loaded with (short, so tests can wait it out).
 pub const QUARANTINE_MS: u64 = 40;
+/// The key hash's seed the fixture is loaded with (tests craft keys whose hashes collide).
+pub const HASH_SEED: u64 = 0x5eed_1234_abcd_0042;
 
 pub struct Fx {
     pub l: Loaded<'static>,
@@ -44,6 +46,7 @@ pub fn fx() -> MutexGuard<'static, Fx> {
             pending_entries: 1024,
             ttl_hints: 1024,
             max_age_secs: 60,
+            hash_seed: Some(HASH_SEED),
             ..AttachOpts::default()
         };
         let allow = [

@@ -8,6 +8,7 @@ pub mod packet;
 
 mod binary;
 mod gets;
+mod hostile;
 mod mutations;
 
 use std::sync::atomic::{AtomicU16, Ordering};
