@@ -54,7 +54,7 @@ fn meta_cas_hits_and_flags_order() {
             "ms {}e 2\r\nhi\r\nmg {}e u h\r\nmg {}e h\r\nmg {}e h\r\n",
             // flags answered in the order asked
             "ms {}f 5 F9 T0\r\nhello\r\nmg {}f t f s c k O1 v\r\nmg {}f O1 k c s f t\r\n",
-            "ms {}g 2 k O9 c\r\nhi\r\nms {}g 2 c O9 k q\r\nhi\r\nmn\r\n",
+            "ms {}g 2 k O9 c\r\nhi\r\nms {}g 2 c O9 k q\r\nhi\r\n",
             "md {}h k O7\r\nma {}h k O7\r\nmg {}h k O7\r\nmg {}h k O7 q\r\n",
             // T on a hit counts as a touch; modes of ms
             "ms {}i 2\r\nhi\r\nmg {}i T30 t\r\nms {}i 2 ME\r\nxx\r\nms {}i 2 MA\r\nyy\r\nms {}i 2 MP\r\nzz\r\nms {}i 2 MR\r\nab\r\nms {}nx 2 MR\r\nab\r\nms {}nx 2 MA\r\nab\r\nmg {}i v\r\n",
