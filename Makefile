@@ -4,9 +4,9 @@
 CARGO ?= cargo
 DEB_PKGS := clang llvm libelf-dev zlib1g-dev pkg-config bpftool memcached libmemcached-tools \
             iproute2 ethtool python3 python3-pymemcache python3-pylibmc util-linux procps \
-            python3-prometheus-client systemd man-db binutils
+            python3-prometheus-client systemd man-db binutils xdp-tools
 
-.PHONY: all deps build test lint demo bench check-consistency clean deb pool-demo
+.PHONY: all deps build test lint demo bench check-consistency kernel-matrix clean deb pool-demo
 
 all: build
 
@@ -57,6 +57,19 @@ pool-demo: build
 # The Debian package (binaries, systemd units, environment files, man pages): target/deb/*.deb.
 deb: build
 	packaging/deb.sh target/deb target/release
+
+# inkcache's tests under other kernels (Debian's oldest and newest, bullseye's 5.10, sid's) in a
+# qemu VM; slow (emulated where /dev/kvm cannot run a stock kernel), so not part of `make test`.
+# Results: target/kernel-matrix/summary.md (see scripts/kernel-matrix.sh for the options).
+KMATRIX_PKGS := qemu-system-x86 busybox-static kmod cpio xz-utils zstd
+kernel-matrix: deps
+	@missing=""; for p in $(KMATRIX_PKGS); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	CARGO=$(CARGO) scripts/kernel-matrix.sh
 
 clean:
 	$(CARGO) clean

@@ -68,6 +68,9 @@ struct mc_udp_hdr {
 	X(AMP_REFUSED, amp_refused, \
 	  "Replies to sources outside the allowlist larger than `--max-amplification` times the " \
 	  "request, passed to the server.") \
+	X(CONN_BLIND, conn_blind, \
+	  "Connections beyond --max-sockets, whose bytes cannot be walked: while one is open the " \
+	  "kernel answers and fills nothing.") \
 	X(SPLITS, splits, \
 	  "Multi-key gets split: the kernel answered the keys that hit, memcached got a get for " \
 	  "the others (its answer carries the END).")

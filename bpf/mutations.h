@@ -768,10 +768,10 @@ static __always_inline __s64 walk_line(__u32 pos, __u32 eol)
 	return eol + 1;
 }
 
-/* One command at w->pos (a bpf_loop callback: the verifier checks it once). On a followed stream
- * (scratch.ws.stream) a line not complete yet stops the walk, to be carried over (on a connection
- * not followed the caller cannot, and voids the cache); a UDP datagram is all there is, and
- * memcached drops an incomplete line. */
+/* One command at w->pos (a bpf_loop callback: the verifier checks it once). A line not complete
+ * yet stops the walk there: the caller carries it over to the next bytes (on a connection whose
+ * position is not known it cannot, and voids the cache; at the end of a UDP datagram memcached
+ * drops it). */
 static long walk_command(__u32 i, void *ctx)
 {
 	struct walk *w = ctx;
@@ -785,8 +785,9 @@ static long walk_command(__u32 i, void *ctx)
 	if (pos >= len)
 		return walk_stop(w, len);
 	eol = scan_eol(pos, len);
-	if (eol < 0) /* UDP: memcached drops it; TCP: the line goes on in the next segment */
-		return walk_stop(w, s->ws.udp ? len : pos);
+	if (eol < 0) /* a line not complete yet: the caller carries it over (or, at the end of a
+		      * datagram, drops it as memcached does) */
+		return walk_stop(w, pos);
 	/* UDP: only a request that is one write is settled by its answer */
 	if (s->ws.udp && i > 0)
 		s->ws.exact = 0;

@@ -29,6 +29,7 @@ struct walk_state {
 	__u32 answers;         /* egress: answers seen */
 	__u32 udp;             /* a UDP request: a write is settled by the answer with its id */
 	__u32 stopped;         /* the server closes the connection after the commands walked */
+	__u32 part;            /* bytes of a cut line carried before the next bytes walked */
 	struct ink_req_key rk; /* the UDP request (client, port, request id) */
 };
 

@@ -66,8 +66,9 @@ static __always_inline void conn_key(struct scratch *s, struct pkt *p, int to_se
 	}
 }
 
-/* A SYN to the server: follow the connection from the client's sequence number `seq`. */
-__noinline int conn_open(__u32 seq)
+/* A connection to the server, followed from the client's byte `in_seq` and the server's
+ * `out_seq` on, with CONN_* `flags`. */
+__noinline int conn_open(__u32 in_seq, __u32 out_seq, __u32 flags)
 {
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
@@ -94,15 +95,15 @@ __noinline int conn_open(__u32 seq)
 		if (!c)
 			return -1;
 	}
-	c->flags = 0;
+	c->flags = flags;
 	c->gen = (__u32)g->gen;
-	c->in_seq = seq;
+	c->in_seq = in_seq;
 	c->in_busy = 0;
 	c->in_skip = 0;
 	c->in_cmds = 0;
 	c->in_part_len = 0;
 	c->out_busy = 0;
-	c->out_seq = 0;
+	c->out_seq = out_seq;
 	c->out_skip = 0;
 	c->out_answers = 0;
 	c->out_part_len = 0;

@@ -165,7 +165,8 @@ static __always_inline __u32 pick_way(struct ink_set *set, __u32 tag, __u32 klen
 static __always_inline int fill_allowed(struct ink_set *set, struct ink_global *g, __u64 req_ts,
 					__u64 now)
 {
-	if (set->stable_since >= req_ts || g->flush_ns >= req_ts || now < g->fill_block_until)
+	if (set->stable_since >= req_ts || g->flush_ns >= req_ts || now < g->fill_block_until ||
+	    g->blind > 0)
 		return 0;
 	if (set->open && set->gen == (__u32)g->gen && now - set->open_since < settle_max_ns)
 		return 0;

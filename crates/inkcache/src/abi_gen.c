@@ -39,6 +39,7 @@ int main(void)
 	CONST(SEG_UNITS, "16-byte units per arena segment.");
 	CONST(CONN_FIFO, "Writes per followed connection awaiting their answers.");
 	CONST(PART_MAX, "Bytes of a line cut by a segment end that are carried over.");
+	CONST(CONN_OUT_OK, "struct ink_conn flags: the server's byte numbering is known.");
 	CONST64(EXP_NEVER, "Expiry of an item that never expires.");
 	CONST64(EXP_UNKNOWN, "Expiry of an item that must not be served.");
 	CONST(ST_MAX, "Number of counters.");

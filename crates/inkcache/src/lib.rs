@@ -14,9 +14,11 @@ pub mod skel;
 pub mod stats;
 pub mod status;
 pub mod sys;
+pub mod tc;
 pub mod top;
+pub mod xdp;
 
-pub use attach::{attach, detach, AttachOpts, XdpMode};
+pub use attach::{attach, detach, AttachOpts, TcMode, XdpAttach, XdpMode};
 pub use error::Error;
 pub use layout::Layout;
 pub use pins::AttachInfo;

@@ -142,7 +142,7 @@ pub fn kernel(f: &mut Families, all_netns: bool) -> Result<()> {
         );
         for (prog, on) in [
             ("xdp", r.xdp_attached),
-            ("tc_egress", r.tc_egress_attached),
+            ("hooks", r.hooks_attached),
             ("tc_ingress", r.tc_ingress_attached),
         ] {
             f.gauge(

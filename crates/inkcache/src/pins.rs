@@ -17,6 +17,7 @@ pub const MAPS: &[&str] = &[
     "arena",
     "ttl_hints",
     "conns",
+    "conn_socks",
     "udp_writes",
     "stats",
     "ports",
@@ -41,14 +42,29 @@ pub struct AttachInfo {
     /// "native" or "generic".
     pub xdp_mode: String,
     pub xdp_prog_id: u32,
-    /// The TC egress program (fills the cache from replies).
-    pub tc_prog_id: u32,
+    /// The program that walks the requests the server receives (its TCP stream verdict; the UDP
+    /// one is in the same object).
+    #[serde(default)]
+    pub requests_prog_id: u32,
+    /// The program that follows the server's answers (cgroup egress: fills, settling).
+    #[serde(default)]
+    pub answers_prog_id: u32,
     /// The TC ingress program (answers what XDP had no room for); 0 in records from before it.
     #[serde(default)]
     pub tc_ingress_prog_id: u32,
     /// Handle and priority of both TC filters (clsact egress and ingress).
     pub tc_handle: u32,
     pub tc_priority: u32,
+    /// How the XDP program is attached: "single" (alone) or "dispatcher" (a libxdp dispatcher,
+    /// shared with other programs).
+    #[serde(default = "single")]
+    pub xdp_attach: String,
+    /// Run priority in the dispatcher (0 when alone).
+    #[serde(default)]
+    pub xdp_priority: u32,
+    /// How the TC programs are attached: "tcx" (links) or "clsact" (filters).
+    #[serde(default = "clsact")]
+    pub tc_mode: String,
     pub ports: Vec<u16>,
     pub allow: Vec<String>,
     /// Sources outside `allow` get kernel replies of at most this many times their request (0:
@@ -77,6 +93,14 @@ pub fn in_this_netns(info: &AttachInfo) -> bool {
         Some(here) if info.netns_cookie != 0 => info.netns_cookie == here,
         _ => info.netns == sys::netns_name() && sys::in_named_netns(),
     }
+}
+
+fn single() -> String {
+    "single".into()
+}
+
+fn clsact() -> String {
+    "clsact".into()
 }
 
 pub fn root() -> PathBuf {

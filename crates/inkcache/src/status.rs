@@ -1,11 +1,8 @@
 //! What is attached where (`inkcache status`), and how full each cache is.
-use std::{
-    os::fd::AsFd,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, Program, TcHookBuilder, Xdp, XdpFlags};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use serde::Serialize;
 
 use crate::{pins, sys, AttachInfo};
@@ -22,9 +19,11 @@ pub struct StatusRow {
     pub checked: bool,
     /// Whether the XDP program recorded at attach is still the one on the interface.
     pub xdp_attached: bool,
-    /// Whether the TC filters recorded at attach are still ours (egress fills, ingress answers
-    /// what XDP has no room for).
-    pub tc_egress_attached: bool,
+    /// Whether the hooks on the server's sockets (cgroup, sockhash) are still in place: they walk
+    /// its requests and answers.
+    pub hooks_attached: bool,
+    /// Whether the TC ingress program recorded at attach is still ours (it answers what XDP has no
+    /// room for).
     pub tc_ingress_attached: bool,
     /// Map memory of the cache (index and log).
     pub cache_bytes: u64,
@@ -89,39 +88,6 @@ pub fn fill(dir: &Path, layout: &crate::Layout) -> Result<Fill> {
     Ok(f)
 }
 
-/// Whether the programs recorded in `info` are still the ones on its interface: (XDP, TC egress,
-/// TC ingress). Must run in the attachment's network namespace.
-fn attached(info: &AttachInfo, dir: &Path) -> (bool, bool, bool) {
-    if sys::ifindex(&info.iface).ok() != Some(info.ifindex) {
-        return (false, false, false);
-    }
-    let xdp = Program::fd_from_pinned_path(dir.join("xdp"))
-        .and_then(|fd| Xdp::new(fd.as_fd()).query(info.ifindex as i32, XdpFlags::NONE))
-        .map(|q| [q.prog_id, q.drv_prog_id, q.skb_prog_id].contains(&info.xdp_prog_id))
-        .unwrap_or(false);
-    let tc = |pin: &str, at, prog_id: u32| -> bool {
-        if prog_id == 0 {
-            return false;
-        }
-        let Ok(fd) = Program::fd_from_pinned_path(dir.join(pin)) else {
-            return false;
-        };
-        TcHookBuilder::new(fd.as_fd())
-            .ifindex(info.ifindex as i32)
-            .handle(info.tc_handle)
-            .priority(info.tc_priority)
-            .hook(at)
-            .query()
-            .ok()
-            == Some(prog_id)
-    };
-    (
-        xdp,
-        tc("tc_egress", libbpf_rs::TC_EGRESS, info.tc_prog_id),
-        tc("tc_ingress", libbpf_rs::TC_INGRESS, info.tc_ingress_prog_id),
-    )
-}
-
 /// Every readable attachment record under the pin root, with its directory. Directories another
 /// inkcache is creating or removing right now (no readable record) are reported on stderr.
 pub fn records() -> Result<Vec<(PathBuf, AttachInfo)>> {
@@ -151,7 +117,7 @@ pub fn rows(all_netns: bool) -> Result<Vec<StatusRow>> {
         if !here && !all_netns {
             continue;
         }
-        let check = || pins::in_this_netns(&info).then(|| attached(&info, &dir));
+        let check = || pins::in_this_netns(&info).then(|| crate::attach::attached(&info, &dir));
         let seen = if here {
             check()
         } else {
@@ -160,12 +126,12 @@ pub fn rows(all_netns: bool) -> Result<Vec<StatusRow>> {
                 .and_then(|ns| crate::ns::in_netns(ns, check))
                 .flatten()
         };
-        let (xdp_attached, tc_egress_attached, tc_ingress_attached) =
+        let (xdp_attached, hooks_attached, tc_ingress_attached) =
             seen.unwrap_or((false, false, false));
         rows.push(StatusRow {
             checked: seen.is_some(),
             xdp_attached,
-            tc_egress_attached,
+            hooks_attached,
             tc_ingress_attached,
             cache_bytes: info.layout.total_bytes(),
             fill: fill(&dir, &info.layout).unwrap_or_default(),
@@ -203,7 +169,7 @@ pub fn render(rows: &[StatusRow]) -> String {
             i.xdp_mode,
             i.tc_handle,
             i.tc_priority,
-            missing(r.tc_egress_attached),
+            missing(r.hooks_attached),
             missing(r.tc_ingress_attached),
         );
         let _ = writeln!(o, "  ports       {:?}", i.ports);

@@ -117,7 +117,7 @@ fn ip_netns_exec_attach_status_stats_detach_leave_nothing() {
     assert_eq!(rows[0]["iface"], iface.as_str());
     assert_eq!(rows[0]["netns"], ns.as_str());
     assert_eq!(rows[0]["xdp_attached"], true);
-    assert_eq!(rows[0]["tc_egress_attached"], true);
+    assert_eq!(rows[0]["hooks_attached"], true);
     // the same one through --netns; none of it on the host, where --all-netns shows it
     let rows = status_rows(&rig.inkcache(&["status", "--json"]));
     assert_eq!(rows.len(), 1, "{rows:?}");
@@ -168,7 +168,8 @@ fn ip_netns_exec_attach_status_stats_detach_leave_nothing() {
 /// its programs); with nothing of inkcache's on an interface it says "not attached".
 #[test]
 fn detach_removes_our_programs_when_the_pins_are_gone() {
-    let mut rig = Rig::attached(&[]).unwrap();
+    // clsact: a filter (not a tcx link) outlives its pins
+    let mut rig = Rig::attached(&["--tc-mode", "clsact"]).unwrap();
     let ns = rig.pair.server.name.clone();
     let iface = rig.pair.srv_if.clone();
     // somebody else's filter on the same clsact qdisc
@@ -185,7 +186,7 @@ fn detach_removes_our_programs_when_the_pins_are_gone() {
     let out = ok(&rig.inkcache(&["detach", "--iface", &iface]), "detach");
     rig.attached = false;
     assert!(out.contains("pins were gone"), "{out}");
-    for what in ["XDP program", "TC egress program", "TC ingress program"] {
+    for what in ["XDP program", "TC ingress program"] {
         assert!(out.contains(what), "{what} not removed: {out}");
     }
     assert!(

@@ -290,10 +290,9 @@ fn pool_shards_by_consistent_hashing_and_a_kill_loses_only_its_keys() {
 }
 
 /// The same with servers that were running when inkcache attached (the usual order, and what
-/// inkcache@.service does): today the kernel keeps answering the killed server's keys over UDP,
-/// because only sockets bound after attach are marked as the server's (bpf/inkcache_sock.bpf.c).
+/// inkcache@.service does): attach marks their existing sockets as the server's (the socket
+/// iterators, bpf/inkcache_iter.bpf.c), so the kill empties the killed server's cache too.
 #[test]
-#[ignore = "known bug: a server running before attach is not noticed when it dies"]
 fn pool_kill_of_a_server_started_before_attach() {
     pool_run(true);
 }

@@ -227,8 +227,8 @@ fn other_ports_and_protocols_pass_untouched() {
     let frame = other.udp(next_id(), b"get k\r\n");
     let r = f.xdp(&frame);
     assert_eq!((r.action, &r.data), (XDP_PASS, &frame));
-    let tcp = other.tcp(1, 1, "PA", b"delete k\r\n");
-    assert_eq!(f.xdp(&tcp).action, XDP_PASS);
+    let frame = other.udp(next_id(), b"delete k\r\n");
+    assert_eq!(f.udp_in(&frame), XDP_PASS); // another port: not walked
     f.assert_hit(&fl, "k", 0, b"v");
     // ARP, and ICMP to the server
     let mut arp = vec![0xffu8; 6];

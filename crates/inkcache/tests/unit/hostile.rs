@@ -26,7 +26,7 @@ fn effects(via: Via, bytes: &[u8], gone: &[&str]) {
         Via::Tcp => Conn::open(&f, fl.clone()).send(&f, bytes),
         Via::Udp => {
             // a get of cached keys is answered by the kernel; everything else passes
-            let a = f.xdp(&fl.udp(next_id(), bytes)).action;
+            let a = f.udp_in(&fl.udp(next_id(), bytes));
             assert!(a == XDP_PASS || a == XDP_TX, "action {a}");
         }
     }
@@ -251,10 +251,10 @@ fn udp_sequence_numbers() {
         f.fill(&fl, k, 0, b"old");
     }
     let frame = fl.udp_raw(&packet::mc_frame(next_id(), 3, 1, b"delete k\r\n"));
-    assert_eq!(f.xdp(&frame).action, XDP_PASS);
+    assert_eq!(f.udp_in(&frame), XDP_PASS);
     f.assert_miss(&fl, "k");
     let frame = fl.udp_raw(&packet::mc_frame(next_id(), 0, 2, b"delete b\r\n"));
-    assert_eq!(f.xdp(&frame).action, XDP_PASS);
+    assert_eq!(f.udp_in(&frame), XDP_PASS);
     f.assert_hit(&fl, "b", 0, b"old");
 }
 
@@ -267,7 +267,7 @@ fn a_udp_set_cut_by_the_datagram_end_is_settled_by_its_answer() {
     f.fill(&fl, "k", 0, b"old");
     let id = next_id();
     assert_eq!(
-        f.xdp(&fl.udp(id, b"set k 0 0 100\r\n0123456789")).action,
+        f.udp_in(&fl.udp(id, b"set k 0 0 100\r\n0123456789")),
         XDP_PASS
     );
     f.assert_miss(&fl, "k");

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* TC egress on the server's interface: learns items from the server's UDP replies to get requests
- * that the XDP program passed, when the reply provably cannot predate a write (see table.h). */
+/* The server's answers, seen as its own sockets send them (cgroup_skb egress on the root cgroup,
+ * kept to the server's namespace and ports: only what the local server sends, on any interface,
+ * loopback included). UDP replies to the gets XDP passed fill the cache when they provably cannot
+ * predate a write (table.h); answers to writes settle them (coherence.h): on TCP by counting the
+ * answers of each followed connection, on UDP by the request id they echo. */
 #include <linux/bpf.h>
-#include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -260,30 +262,20 @@ lost:
 }
 
 /* A TCP segment from the server. */
-static __always_inline void tcp_egress(struct __sk_buff *skb, struct scratch *s, struct pkt *p)
+static __always_inline void tcp_answers(struct __sk_buff *skb, struct scratch *s, struct pkt *p)
 {
-	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
-	struct tcphdr *tcp = data + (p->l4_off & 127);
+	struct tcphdr tcp;
 	struct ink_conn *c;
-	__u32 seq;
 
-	if ((void *)(tcp + 1) > data_end)
+	if (bpf_skb_load_bytes(skb, p->l4_off, &tcp, sizeof(tcp)))
 		return;
 	conn_key(s, p, 0);
 	c = bpf_map_lookup_elem(&conns, &s->ws.ck);
 	if (!c)
 		return;
-	seq = bpf_ntohl(tcp->seq);
-	if (tcp->syn) {
-		if (tcp->ack) {
-			c->out_seq = seq + 1;
-			__sync_fetch_and_or(&c->flags, CONN_OUT_OK);
-		}
-		return;
-	}
 	if (p->payload_len)
-		egress_stream(skb, p->payload_off, p->payload_len, seq);
-	if (tcp->fin || tcp->rst)
+		egress_stream(skb, p->payload_off, p->payload_len, bpf_ntohl(tcp.seq));
+	if (tcp.fin || tcp.rst)
 		conn_close(SETTLE_CLOSED); /* the server applies nothing more from this connection */
 }
 
@@ -347,54 +339,44 @@ __noinline int udp_reply(struct __sk_buff *skb, __u32 off, __u32 plen)
 
 #define GSO_SEGS_MAX 64 /* datagrams of one UDP_SEGMENT send walked (the kernel allows 64) */
 
-SEC("tc")
-int inkcache_tc_egress(struct __sk_buff *skb)
+SEC("cgroup_skb/egress")
+int inkcache_answers(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
-	struct scratch *s;
-	struct pkt p = {};
+	struct scratch *s = get_scratch();
+	struct pkt *p;
 	__u32 plen, seg;
 	__u16 port;
 
-	if (parse_frame(data, data_end, skb->len, &p) == PARSE_BAD) {
-		/* headers may sit outside the linear area */
-		if (bpf_skb_pull_data(skb, skb->len < 128 ? skb->len : 128))
-			return TC_ACT_OK;
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
-		if (parse_frame(data, data_end, skb->len, &p) != PARSE_OK)
-			return TC_ACT_OK;
-	}
-	port = bpf_ntohs(p.sport);
+	if (!s || (netns_cookie && bpf_get_netns_cookie(skb) != netns_cookie))
+		return 1;
+	p = &s->pk;
+	if (skb_l3(skb, p) != PARSE_OK)
+		return 1;
+	port = bpf_ntohs(p->sport);
 	if (!bpf_map_lookup_elem(&ports, &port))
-		return TC_ACT_OK;
-	s = get_scratch();
-	if (!s)
-		return TC_ACT_OK;
-	if (p.proto == IPPROTO_TCP) {
-		tcp_egress(skb, s, &p);
-		return TC_ACT_OK;
+		return 1;
+	if (p->proto == IPPROTO_TCP) {
+		tcp_answers(skb, s, p);
+		return 1;
 	}
-	if (p.proto != IPPROTO_UDP)
-		return TC_ACT_OK;
-	__builtin_memcpy(s->ws.rk.addr, p.daddr, 16);
-	s->ws.rk.port = p.dport;
+	__builtin_memcpy(s->ws.rk.addr, p->daddr, 16);
+	s->ws.rk.port = p->dport;
 	s->ws.rk.pad = 0;
-	plen = p.payload_len;
+	plen = p->payload_len;
 	seg = skb->gso_segs > 1 ? skb->gso_size : 0;
 	if (!seg) {
-		udp_reply(skb, p.payload_off, plen);
-		return TC_ACT_OK;
+		udp_reply(skb, p->payload_off, plen);
+		return 1;
 	}
 	/* several datagrams sent at once (UDP_SEGMENT, as inkcached batches its replies): each
 	 * gso_size bytes of the payload become a datagram of their own, the last one shorter */
 	if (seg < UDP_HDR_MC + 3 || seg > DGRAM_MAX)
-		return TC_ACT_OK;
+		return 1;
 	for (__u32 i = 0; i < GSO_SEGS_MAX; i++) {
 		__u32 at = i * seg;
 		if (at >= plen)
 			break;
-		udp_reply(skb, p.payload_off + at, plen - at < seg ? plen - at : seg);
+		udp_reply(skb, p->payload_off + at, plen - at < seg ? plen - at : seg);
 	}
-	return TC_ACT_OK;
+	return 1;
 }
