@@ -10,21 +10,28 @@
 //! is put on a "pending" list and resumed after the other ready sockets were served, so a busy or
 //! slow client cannot stall the others.
 
-use crate::exec::{self, Next, Shared};
+use crate::config::Proto;
+use crate::conns::{addr_text, Kind};
+use crate::exec::{Next, Shared};
 use crate::ext::io::{self as extio, Attempt, Ticket};
+use crate::session::{Session, Step};
 use crate::stats::C;
 use anyhow::{Context, Result};
-use inkproto::request::{parse_request_with, Limits};
+use inkproto::request::Limits;
 use inkproto::udp::{FrameHeader, HEADER_LEN, MAX_PAYLOAD};
-use mio::net::{TcpListener, TcpStream, UdpSocket};
+use mio::net::{TcpListener, TcpStream, UdpSocket, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+#[path = "net_conn.rs"]
+mod conn;
+use conn::{Conn, Listener, Status};
 
 const WAKE: Token = Token(usize::MAX - 1);
 /// The flash tier's read completions (see `ext::io`).
@@ -45,9 +52,10 @@ const DGRAMS_PER_TURN: usize = 64;
 
 /// Binds one socket per worker on `addr` with SO_REUSEPORT, after checking that no other process
 /// holds the port (a reuseport group would otherwise silently share it).
-pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> {
+pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize, backlog: i32) -> Result<Vec<Socket>> {
     let what = if tcp { "TCP" } else { "UDP" };
-    let ctx = || format!("failed to listen on {what} {addr}");
+    let ctx = move || format!("failed to listen on {what} {addr}");
+    let mut bind_to = addr;
     let (ty, proto) = if tcp {
         (Type::STREAM, Protocol::TCP)
     } else {
@@ -63,8 +71,9 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
         }
         Ok(s)
     };
-    // Probe without SO_REUSEPORT: fails with EADDRINUSE if anyone else has the port.
-    {
+    // Probe without SO_REUSEPORT: fails with EADDRINUSE if anyone else has the port. Port 0
+    // (`-p -1`): the first socket picks a free port and the others join it.
+    if addr.port() != 0 {
         let probe = new()?;
         probe.bind(&addr.into()).with_context(ctx)?;
     }
@@ -73,9 +82,14 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
         let s = new()?;
         s.set_reuse_port(true).with_context(ctx)?;
         s.set_nonblocking(true).with_context(ctx)?;
-        s.bind(&addr.into()).with_context(ctx)?;
+        s.bind(&bind_to.into()).with_context(ctx)?;
+        if bind_to.port() == 0 {
+            if let Some(a) = s.local_addr().ok().and_then(|a| a.as_socket()) {
+                bind_to.set_port(a.port());
+            }
+        }
         if tcp {
-            s.listen(1024).with_context(ctx)?;
+            s.listen(backlog).with_context(ctx)?;
         } else {
             let _ = s.set_recv_buffer_size(4 << 20);
             let _ = s.set_send_buffer_size(4 << 20);
@@ -100,200 +114,11 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
 
 /// The sockets one worker serves.
 pub struct WorkerSockets {
-    pub tcp: Vec<Socket>,
+    /// TCP listeners with the protocol each speaks (`-B`, or `proto[...]` in `-l`).
+    pub tcp: Vec<(Socket, Proto)>,
     pub udp: Vec<Socket>,
-}
-
-struct Conn {
-    sock: TcpStream,
-    rbuf: Vec<u8>,
-    rstart: usize,
-    rend: usize,
-    wbuf: Vec<u8>,
-    wpos: usize,
-    swallow: usize,
-    closing: bool,
-    /// Flash values this connection holds (read for a parked request and the gets pipelined
-    /// behind it), released once it has executed every complete request it has.
-    wait: Option<Ticket>,
-    /// The request at `rstart` waits for `wait`'s reads: executed again once they are in.
-    parked: bool,
-}
-
-#[derive(PartialEq, Eq)]
-enum Status {
-    /// Wait for the next readiness event.
-    Idle,
-    /// Has more work: resume after serving others.
-    More,
-    Close,
-}
-
-impl Conn {
-    fn new(sock: TcpStream) -> Self {
-        Conn {
-            sock,
-            rbuf: vec![0; 16 * 1024],
-            rstart: 0,
-            rend: 0,
-            wbuf: Vec::new(),
-            wpos: 0,
-            swallow: 0,
-            closing: false,
-            wait: None,
-            parked: false,
-        }
-    }
-
-    fn backlog(&self) -> usize {
-        self.wbuf.len() - self.wpos
-    }
-
-    /// Executes every complete request in the read buffer.
-    fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits, tok: Token) {
-        while self.rstart < self.rend && !self.closing && self.backlog() < WBUF_HIGH {
-            if self.parked {
-                if self.wait.is_some_and(|t| !extio::is_ready(t)) {
-                    break;
-                }
-                self.parked = false;
-            }
-            if self.swallow > 0 {
-                let n = self.swallow.min(self.rend - self.rstart);
-                self.rstart += n;
-                self.swallow -= n;
-                continue;
-            }
-            let buf = &self.rbuf[self.rstart..self.rend];
-            match parse_request_with(buf, limits) {
-                Ok(Some((req, used))) => {
-                    match extio::attempt(&sh.workers[w], self.wait, &mut self.wbuf, |out| {
-                        exec::execute(sh, w, req, out)
-                    }) {
-                        Attempt::Done(next) => {
-                            if next == Next::Close {
-                                self.closing = true;
-                            }
-                            self.rstart += used;
-                        }
-                        Attempt::Wait(t) => {
-                            extio::watch(t, tok);
-                            self.wait = Some(t);
-                            self.parked = true;
-                            // Read ahead for the gets pipelined behind it.
-                            let mut pos = self.rstart + used;
-                            for _ in 0..16 {
-                                match parse_request_with(&self.rbuf[pos..self.rend], limits) {
-                                    Ok(Some((next, n))) => {
-                                        extio::prefetch(&sh.store, t, &next);
-                                        pos += n;
-                                    }
-                                    _ => break,
-                                }
-                            }
-                            break;
-                        }
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    if e.close {
-                        self.closing = true;
-                        break;
-                    }
-                    exec::parse_error(sh, w, buf, &e, &mut self.wbuf);
-                    self.rstart += e.consumed;
-                    self.swallow = e.swallow;
-                }
-            }
-        }
-        if !self.parked {
-            // Every complete request (those read ahead for included) was executed.
-            if let Some(t) = self.wait.take() {
-                extio::release(t);
-            }
-        }
-        if self.rstart == self.rend {
-            self.rstart = 0;
-            self.rend = 0;
-            if self.rbuf.len() > 1 << 20 {
-                self.rbuf = vec![0; 16 * 1024];
-            }
-        }
-    }
-
-    /// Writes pending output; Err on a dead connection.
-    fn flush(&mut self, sh: &Shared, w: usize) -> std::io::Result<()> {
-        while self.wpos < self.wbuf.len() {
-            match self.sock.write(&self.wbuf[self.wpos..]) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    self.wpos += n;
-                    sh.workers[w].add(C::bytes_written, n as u64);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        self.wbuf.clear();
-        self.wpos = 0;
-        if self.wbuf.capacity() > 1 << 20 {
-            self.wbuf = Vec::new();
-        }
-        Ok(())
-    }
-
-    fn drive(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits, tok: Token) -> Status {
-        let mut reads = 0;
-        loop {
-            self.process(sh, w, limits, tok);
-            if self.flush(sh, w).is_err() {
-                return Status::Close;
-            }
-            if self.parked {
-                // Parked on flash reads: the ticket wakes us.
-                return Status::Idle;
-            }
-            if self.closing {
-                return if self.backlog() == 0 {
-                    Status::Close
-                } else {
-                    Status::Idle
-                };
-            }
-            if self.backlog() >= WBUF_HIGH {
-                // The peer is not reading: wait until the socket is writable again.
-                return Status::Idle;
-            }
-            if reads == READS_PER_TURN {
-                return Status::More;
-            }
-            reads += 1;
-            // Make room: compact, then grow if a request needs more than the buffer holds.
-            if self.rstart > 0
-                && (self.rend == self.rbuf.len() || self.rstart > self.rbuf.len() / 2)
-            {
-                self.rbuf.copy_within(self.rstart..self.rend, 0);
-                self.rend -= self.rstart;
-                self.rstart = 0;
-            }
-            if self.rbuf.len() - self.rend < READ_CHUNK / 4 {
-                let grow = (self.rbuf.len()).max(READ_CHUNK);
-                self.rbuf.resize(self.rbuf.len() + grow, 0);
-            }
-            match self.sock.read(&mut self.rbuf[self.rend..]) {
-                Ok(0) => return Status::Close,
-                Ok(n) => {
-                    self.rend += n;
-                    sh.workers[w].add(C::bytes_read, n as u64);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Status::Idle,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return Status::Close,
-            }
-        }
-    }
+    /// The unix socket listener (`-s`), shared by every worker.
+    pub unix: Option<(std::os::unix::net::UnixListener, String)>,
 }
 
 /// Datagrams received (and answered) per `recvmmsg`/`sendmmsg` round.
@@ -341,6 +166,8 @@ struct UdpBatch {
     rctl: Vec<[u64; 8]>,
     /// Per received buffer: the size of the datagrams GRO coalesced into it (0: one datagram).
     segs: Vec<usize>,
+    /// Ends of the reply messages of one datagram in `out`.
+    ends: Vec<usize>,
 }
 
 impl UdpBatch {
@@ -364,6 +191,7 @@ impl UdpBatch {
             gso: true,
             rctl: vec![[0; 8]; UDP_BATCH],
             segs: vec![0; UDP_BATCH],
+            ends: Vec::with_capacity(8),
         }
     }
 
@@ -600,9 +428,13 @@ fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
     unsafe { std::slice::from_raw_parts((a as *const libc::sockaddr_storage).cast::<u8>(), n) }
 }
 
-/// Executes the requests of one datagram from `pos` on, appending the answer to `out`. If a
-/// request must wait for flash reads, returns its ticket and position (its answer and the
-/// following ones are not in `out`).
+/// Executes the requests of one datagram, appending the answer to `out`.
+/// Executes the requests of one datagram from `pos` on, appending the answer to `out`. Each
+/// binary answer is a reply message of its own, as memcached sends them; the text answers of a
+/// datagram go out as one message. `ends` gets the end of every message in `out`. If a request
+/// must wait for flash reads, returns its ticket and position (its answer and the following
+/// ones are not in `out`).
+#[allow(clippy::too_many_arguments)]
 fn execute_datagram(
     sh: &Arc<Shared>,
     w: usize,
@@ -611,32 +443,50 @@ fn execute_datagram(
     mut pos: usize,
     resume: Option<Ticket>,
     out: &mut Vec<u8>,
+    ends: &mut Vec<usize>,
 ) -> Option<(Ticket, usize)> {
     let n = dgram.len();
+    // every request of a datagram speaks the protocol of its first byte
+    let mut session = Session::udp();
+    if n > HEADER_LEN {
+        session.proto = if dgram[HEADER_LEN] == inkproto::binary::REQ_MAGIC {
+            crate::config::Proto::Binary
+        } else {
+            crate::config::Proto::Ascii
+        };
+    }
     while pos < n {
         let buf = &dgram[pos..n];
-        match parse_request_with(buf, limits) {
-            Ok(Some((req, used))) => {
-                let next = match extio::attempt(&sh.workers[w], resume, out, |out| {
-                    exec::execute(sh, w, req, out)
-                }) {
-                    Attempt::Done(next) => next,
-                    Attempt::Wait(t) => return Some((t, pos)),
-                };
-                pos += used;
-                if next == Next::Close {
-                    break;
+        let before = out.len();
+        let mut used_swallow = None;
+        let r = extio::attempt(&sh.workers[w], resume, out, |out| {
+            match session.step(sh, w, limits, buf, out) {
+                Step::NeedMore => Next::Drop,
+                Step::Done {
+                    used,
+                    swallow,
+                    next,
+                } => {
+                    used_swallow = Some(used + swallow);
+                    next
                 }
             }
-            Ok(None) => break,
-            Err(e) => {
-                if e.close {
-                    break;
-                }
-                exec::parse_error(sh, w, buf, &e, out);
-                pos += e.consumed + e.swallow;
-            }
+        });
+        let next = match r {
+            Attempt::Done(next) => next,
+            Attempt::Wait(t) => return Some((t, pos)),
+        };
+        let Some(u) = used_swallow else { break };
+        pos += u;
+        if session.proto == crate::config::Proto::Binary && out.len() > before {
+            ends.push(out.len());
         }
+        if !matches!(next, Next::Continue | Next::Flush | Next::Pause) {
+            break;
+        }
+    }
+    if ends.last() != Some(&out.len()) {
+        ends.push(out.len());
     }
     if let Some(t) = resume {
         extio::release(t);
@@ -698,7 +548,18 @@ fn resume_udp(
         parked.park(p);
         return;
     }
-    match execute_datagram(sh, w, limits, &p.dgram, p.pos, Some(p.ticket), &mut p.out) {
+    let mut ends = Vec::new();
+    let pos = p.pos;
+    match execute_datagram(
+        sh,
+        w,
+        limits,
+        &p.dgram,
+        pos,
+        Some(p.ticket),
+        &mut p.out,
+        &mut ends,
+    ) {
         Some((t, pos)) => {
             p.ticket = t;
             p.pos = pos;
@@ -801,13 +662,22 @@ fn serve_udp(
                 let Some(hdr) = FrameHeader::decode(dgram) else {
                     continue;
                 };
-                let start = b.out.len();
+                let mut start = b.out.len();
+                b.ends.clear();
                 if hdr.total != 1 || hdr.seq != 0 {
                     b.out
                         .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
-                } else if let Some((ticket, pos)) =
-                    execute_datagram(sh, w, limits, dgram, HEADER_LEN, None, &mut b.out)
-                {
+                    b.ends.push(b.out.len());
+                } else if let Some((ticket, pos)) = execute_datagram(
+                    sh,
+                    w,
+                    limits,
+                    dgram,
+                    HEADER_LEN,
+                    None,
+                    &mut b.out,
+                    &mut b.ends,
+                ) {
                     // Answered later, once the flash reads are in; UDP may drop it when too
                     // many wait already.
                     if parked.count < MAX_PARKED {
@@ -827,24 +697,27 @@ fn serve_udp(
                     b.out.truncate(start);
                     continue;
                 }
-                let end = b.out.len();
-                if start == end {
-                    continue;
-                }
-                let total = (end - start).div_ceil(MAX_PAYLOAD);
-                if total > u16::MAX as usize {
-                    b.out.truncate(start);
-                    continue;
-                }
-                for (j, s) in (start..end).step_by(MAX_PAYLOAD).enumerate() {
-                    let h = FrameHeader {
-                        request_id: hdr.request_id,
-                        seq: j as u16,
-                        total: total as u16,
-                        reserved: 0,
-                    };
-                    b.hdrs.push(h.encode());
-                    b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
+                for k in 0..b.ends.len() {
+                    let end = b.ends[k];
+                    if start == end {
+                        continue;
+                    }
+                    let total = (end - start).div_ceil(MAX_PAYLOAD);
+                    if total > u16::MAX as usize {
+                        start = end;
+                        continue;
+                    }
+                    for (j, s) in (start..end).step_by(MAX_PAYLOAD).enumerate() {
+                        let h = FrameHeader {
+                            request_id: hdr.request_id,
+                            seq: j as u16,
+                            total: total as u16,
+                            reserved: 0,
+                        };
+                        b.hdrs.push(h.encode());
+                        b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
+                    }
+                    start = end;
                 }
             }
         }
@@ -863,20 +736,50 @@ fn serve_udp(
 /// Runs worker `w` until shutdown.
 pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Poll) -> Result<()> {
     let limits = Limits {
-        max_item: sh.settings.max_item,
+        max_item: sh.cfg.item_size_max as usize,
+        use_cas: sh.cfg.use_cas,
     };
     let registry = poll.registry().try_clone()?;
-    let mut listeners: Vec<TcpListener> = Vec::new();
-    for s in socks.tcp {
+    let never = Arc::new(AtomicU32::new(sh.store.now()));
+    let mut listeners: Vec<(Listener, Proto)> = Vec::new();
+    for (s, proto) in socks.tcp {
+        let local = s.local_addr().ok().and_then(|a| a.as_socket());
         let mut l = TcpListener::from_std(s.into());
         registry.register(&mut l, Token(listeners.len()), Interest::READABLE)?;
-        listeners.push(l);
+        sh.conns.add(
+            l.as_raw_fd(),
+            Kind::Listen,
+            addr_text(local, false, None),
+            String::new(),
+            never.clone(),
+        );
+        listeners.push((Listener::Tcp(l), proto));
+    }
+    if let Some((u, path)) = socks.unix {
+        let mut l = UnixListener::from_std(u);
+        registry.register(&mut l, Token(listeners.len()), Interest::READABLE)?;
+        sh.conns.add(
+            l.as_raw_fd(),
+            Kind::Listen,
+            addr_text(None, false, Some(&path)),
+            String::new(),
+            never.clone(),
+        );
+        listeners.push((Listener::Unix(l), sh.cfg.protocol));
     }
     let udp_base = listeners.len();
     let mut udps: Vec<UdpSocket> = Vec::new();
     for s in socks.udp {
+        let local = s.local_addr().ok().and_then(|a| a.as_socket());
         let mut u = UdpSocket::from_std(s.into());
         registry.register(&mut u, Token(udp_base + udps.len()), Interest::READABLE)?;
+        sh.conns.add(
+            u.as_raw_fd(),
+            Kind::Udp,
+            addr_text(local, true, None),
+            String::new(),
+            never.clone(),
+        );
         udps.push(u);
     }
     let mut conns: Vec<Option<Conn>> = Vec::new();
@@ -885,7 +788,10 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     let mut events = Events::with_capacity(256);
     let mut ubatch = UdpBatch::new();
     let st = &sh.workers[w];
-    let verbose = sh.settings.verbose;
+    let verbose = || sh.rt.verbosity.load(Ordering::Relaxed);
+    // Listeners not accepting while at the connection limit (without maxconns_fast).
+    let mut paused = false;
+    let mut last_idle_scan = sh.store.now();
     let mut parked = ParkedUdp::default();
     if let Err(e) = extio::init_worker(sh.store.ext(), &registry, EXT_IO) {
         eprintln!("inkcached: worker {w}: flash reads unavailable ({e:#}); its flash items miss");
@@ -894,7 +800,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     while !sh.shutdown.load(Ordering::Relaxed) {
         extio::submit_pending();
         let timeout = if pending.is_empty() {
-            Some(Duration::from_millis(500))
+            Some(Duration::from_millis(if paused { 10 } else { 500 }))
         } else {
             Some(Duration::ZERO)
         };
@@ -906,7 +812,36 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
         }
         let mut todo: Vec<Token> = std::mem::take(&mut pending);
         for ev in events.iter() {
+            if ev.token() == WAKE {
+                // log lines for this worker's watchers
+                for (i, c) in conns.iter().enumerate() {
+                    if c.as_ref().is_some_and(|c| c.watch.is_some()) {
+                        todo.push(Token(CONN_BASE + i));
+                    }
+                }
+            }
             todo.push(ev.token());
+        }
+        if paused {
+            // retry accepting (memcached's maxconns handler polls every 10 ms)
+            paused = false;
+            todo.extend((0..udp_base).map(Token));
+        }
+        let idle = sh.cfg.idle_timeout;
+        let now = sh.store.now();
+        if idle > 0 && now != last_idle_scan {
+            last_idle_scan = now;
+            for (i, c) in conns.iter_mut().enumerate() {
+                if let Some(c) = c.as_mut().filter(|c| c.watch.is_none()) {
+                    let last = c.last_cmd.load(Ordering::Relaxed) & !crate::conns::MWRITE;
+                    if now.saturating_sub(last) > idle as u32 {
+                        st.inc(C::idle_kicks);
+                        c.closing = true;
+                        c.dropping = true;
+                        todo.push(Token(CONN_BASE + i));
+                    }
+                }
+            }
         }
         todo.sort_unstable();
         todo.dedup();
@@ -926,41 +861,58 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             }
             if t < udp_base {
                 // Accept everything waiting.
-                loop {
-                    match listeners[t].accept() {
-                        Ok((mut s, peer)) => {
-                            let cur = crate::stats::sum_one(&sh.workers, C::curr_connections);
-                            if cur >= sh.settings.max_conns as u64 {
+                while !paused {
+                    match listeners[t].0.accept() {
+                        Ok((mut s, peer, local)) => {
+                            // memcached's rule: a descriptor number at -c minus one or above
+                            if sh.cfg.maxconns_fast && s.fd() >= sh.cfg.maxconns - 1 {
                                 st.atomic_add(C::rejected_connections, 1);
                                 let _ = s.write(b"ERROR Too many open connections\r\n");
                                 continue;
                             }
-                            let _ = s.set_nodelay(true);
                             let idx = free.pop().unwrap_or_else(|| {
                                 conns.push(None);
                                 conns.len() - 1
                             });
                             let tok = Token(CONN_BASE + idx);
                             if registry
-                                .register(&mut s, tok, Interest::READABLE | Interest::WRITABLE)
+                                .register(s.source(), tok, Interest::READABLE | Interest::WRITABLE)
                                 .is_err()
                             {
                                 free.push(idx);
                                 continue;
                             }
-                            if verbose > 1 {
-                                eprintln!("<{} new client connection from {peer}", tok.0);
+                            let fd = s.fd();
+                            if verbose() > 1 {
+                                eprintln!("<{fd} new client connection");
                             }
-                            conns[idx] = Some(Conn::new(s));
+                            let c = Conn::new(
+                                s,
+                                Session::new(&sh, listeners[t].1, fd as usize),
+                                sh.store.now(),
+                            );
+                            sh.conns
+                                .add(fd, Kind::Conn, peer.clone(), local, c.last_cmd.clone());
+                            crate::watch::conn_event(true, &peer, fd);
+                            conns[idx] = Some(c);
                             st.atomic_add(C::curr_connections, 1);
                             st.atomic_add(C::total_connections, 1);
                             pending.push(tok);
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e)
+                            if e.raw_os_error() == Some(libc::EMFILE) && !sh.cfg.maxconns_fast =>
+                        {
+                            // out of descriptors (the limit is -c): stop accepting for a
+                            // while, as memcached's accept_new_conns(false)
+                            paused = true;
+                            st.atomic_add(C::listen_disabled_num, 1);
+                            break;
+                        }
                         Err(e) => {
                             // EMFILE and friends: back off rather than spin.
-                            if verbose > 0 {
+                            if verbose() > 0 {
                                 eprintln!("accept: {e}");
                             }
                             std::thread::sleep(Duration::from_millis(10));
@@ -979,7 +931,12 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                 let Some(Some(c)) = conns.get_mut(idx) else {
                     continue;
                 };
-                match c.drive(&sh, w, &limits, tok) {
+                let status = if c.dropping {
+                    Status::Close
+                } else {
+                    c.drive(&sh, w, &limits, tok)
+                };
+                match status {
                     Status::Idle => {}
                     Status::More => pending.push(tok),
                     Status::Close => {
@@ -987,11 +944,20 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                         if let Some(t) = c.wait {
                             extio::cancel(t);
                         }
-                        let _ = registry.deregister(&mut c.sock);
+                        let fd = c.sock.fd();
+                        let _ = registry.deregister(c.sock.source());
+                        let peer = sh.conns.remove(fd).unwrap_or_default();
+                        crate::watch::conn_event(false, &peer, fd);
+                        if c.watch.is_some() {
+                            crate::watch::WATCH.remove(c.session.ctx.id);
+                        }
                         free.push(idx);
                         st.atomic_add(C::curr_connections, -1);
-                        if verbose > 1 {
-                            eprintln!("<{t} connection closed.");
+                        if verbose() > 1 {
+                            eprintln!("<{fd} connection closed.");
+                        }
+                        if paused {
+                            pending.extend((0..udp_base).map(Token));
                         }
                     }
                 }

@@ -45,6 +45,9 @@ counters!(
     auth_errors,
     bytes_read,
     bytes_written,
+    conn_yields,
+    idle_kicks,
+    listen_disabled_num,
 );
 
 /// The counters of one worker.
@@ -110,14 +113,6 @@ pub fn sum(workers: &[WorkerStats]) -> Vec<u64> {
                 .fold(0u64, u64::wrapping_add)
         })
         .collect()
-}
-
-/// The sum of one counter over the workers.
-pub fn sum_one(workers: &[WorkerStats], c: C) -> u64 {
-    workers
-        .iter()
-        .map(|w| w.get(c as usize))
-        .fold(0u64, u64::wrapping_add)
 }
 
 /// memcached's per-request extstore counters (printed after `get_flushed` when a flash tier

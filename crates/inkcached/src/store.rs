@@ -19,10 +19,14 @@
 //! [`crate::ext::io`]: it is at hand (read for the current request, or still in a write buffer),
 //! or the request records that it needs it and is executed again once it was read.
 
+#[path = "store_meta.rs"]
+pub mod meta;
+pub use meta::{ClassStats, Meta, StoreOpts};
+
 use crate::ext::{self, io, Ext, Ptr, Rescue};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -96,6 +100,14 @@ impl<'a> ItemRef<'a> {
             }
         }
     }
+    /// The value's length, without reading a value on flash.
+    pub fn value_len(&self) -> usize {
+        if is_flash(self.item) {
+            ptr_of(self.item).vlen as usize
+        } else {
+            self.item.len() - HDR - self.item[OFF_KLEN] as usize
+        }
+    }
     /// Bytes this item accounts for in RAM.
     pub fn size(&self) -> usize {
         self.item.len() + PER_ITEM_OVERHEAD
@@ -130,6 +142,11 @@ fn wr32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Bytes an item of this key and value length accounts for (see [`ItemRef::size`]).
+fn item_size(klen: usize, vlen: usize) -> usize {
+    HDR + klen + vlen + PER_ITEM_OVERHEAD
+}
+
 fn make_item(key: &[u8], flags: u32, exp: u32, time: u32, cas: u64, parts: &[&[u8]]) -> Box<[u8]> {
     let vlen: usize = parts.iter().map(|p| p.len()).sum();
     let mut v = Vec::with_capacity(HDR + key.len() + vlen);
@@ -160,6 +177,8 @@ struct Slot {
     item: Option<Box<[u8]>>,
     prev: u32,
     next: u32,
+    /// Access time and flag bits (memcached's `it->time` and `it_flags`).
+    meta: Meta,
 }
 
 #[derive(Default)]
@@ -174,6 +193,8 @@ struct Shard {
     evictions: u64,
     reclaimed: u64,
     total_items: u64,
+    /// Per slab class counters (`stats items`), allocated on first use.
+    classes: Vec<ClassStats>,
 }
 
 /// Storage command modes.
@@ -196,6 +217,8 @@ pub enum StoreResult {
     NotStored,
     Exists,
     NotFound,
+    /// -M and no room without evicting (memcached's `SERVER_ERROR out of memory ...`).
+    NoMemory,
 }
 
 /// Result of incr/decr.
@@ -231,7 +254,10 @@ pub struct Store {
     /// Items stored at or before this relative time are invalid once it is reached (delayed
     /// `flush_all`); 0 if none.
     oldest_live: AtomicU32,
-    shard_limit: usize,
+    shard_limit: AtomicUsize,
+    /// Bytes of all shards, kept under `-M` only (see `fits`).
+    used: AtomicUsize,
+    opts: StoreOpts,
     started: Instant,
     /// Unix time at relative time 0.
     process_started: i64,
@@ -241,11 +267,12 @@ impl Store {
     /// A store holding at most `limit` bytes, for items up to `max_item` bytes.
     #[cfg(test)]
     pub fn new(limit: usize, max_item: usize) -> Self {
-        Self::with_ext(limit, max_item, None)
+        Self::with_ext(limit, max_item, StoreOpts::default(), None)
     }
 
-    /// The same with a flash tier for values evicted from RAM.
-    pub fn with_ext(limit: usize, max_item: usize, ext: Option<Arc<Ext>>) -> Self {
+    /// The same with memcached's `-C`, `-M` and slab classes, and a flash tier for values
+    /// evicted from RAM.
+    pub fn with_ext(limit: usize, max_item: usize, opts: StoreOpts, ext: Option<Arc<Ext>>) -> Self {
         // Enough shards for concurrency, few enough that each can hold a few max-size items.
         let want = (limit / (2 * max_item.max(1))).clamp(1, 256);
         let n = if want.is_power_of_two() {
@@ -275,7 +302,9 @@ impl Store {
             next_cas: AtomicU64::new(1),
             oldest_cas: AtomicU64::new(0),
             oldest_live: AtomicU32::new(0),
-            shard_limit: limit / n,
+            shard_limit: AtomicUsize::new(limit / n),
+            used: AtomicUsize::new(0),
+            opts,
             started: Instant::now(),
             process_started: now - 2,
         }
@@ -350,7 +379,7 @@ impl Store {
         if exp != 0 && exp <= now {
             return false;
         }
-        if it.cas() < self.oldest_cas.load(Ordering::Relaxed) {
+        if it.cas() != 0 && it.cas() < self.oldest_cas.load(Ordering::Relaxed) {
             return false;
         }
         let ol = self.oldest_live.load(Ordering::Relaxed);
@@ -368,12 +397,17 @@ impl Store {
     /// Looks `key` up; expired or flushed items are removed. Returns the slot index.
     fn find(&self, sh: &mut Shard, h: u64, key: &[u8], now: u32) -> Option<u32> {
         let slots = &sh.slots;
-        let idx = *sh.table.find(h, |&i| {
+        let Some(&idx) = sh.table.find(h, |&i| {
             key_of(slots[i as usize].item.as_deref().unwrap()) == key
-        })?;
+        }) else {
+            crate::watch::on_fetch(key, None, None);
+            return None;
+        };
         let item = sh.slots[idx as usize].item.as_deref().unwrap();
         if !self.live(item, now) {
+            self.log_gone(sh, idx, now);
             sh.reclaimed += 1;
+            self.count_reclaimed(sh, idx);
             self.unlink(sh, h, idx);
             None
         } else if self.stale(item) {
@@ -383,6 +417,7 @@ impl Store {
             self.unlink(sh, h, idx);
             None
         } else {
+            self.log_fetch(sh, idx);
             Some(idx)
         }
     }
@@ -395,6 +430,7 @@ impl Store {
         let item = sh.slots[idx as usize].item.take().unwrap();
         self.release(&item);
         sh.bytes -= ItemRef::ram(&item).size();
+        self.account(-(ItemRef::ram(&item).size() as isize));
         sh.items -= 1;
         sh.free.push(idx);
     }
@@ -409,14 +445,19 @@ impl Store {
     }
 
     /// Inserts a new item, replacing `old` if given; evicts from the LRU tail to stay in budget.
-    fn insert(&self, sh: &mut Shard, h: u64, old: Option<u32>, item: Box<[u8]>) {
+    /// The item starts with fresh [`Meta`]; returns its slot.
+    fn insert(&self, sh: &mut Shard, h: u64, old: Option<u32>, item: Box<[u8]>) -> u32 {
         let size = ItemRef::ram(&item).size();
-        if let Some(o) = old {
+        let fresh = Meta::fresh(self.now());
+        let slot = if let Some(o) = old {
             lru_remove(sh, o);
             let prev = sh.slots[o as usize].item.replace(item).unwrap();
             self.release(&prev);
+            sh.slots[o as usize].meta = fresh;
             sh.bytes = sh.bytes - ItemRef::ram(&prev).size() + size;
+            self.account(size as isize - ItemRef::ram(&prev).size() as isize);
             lru_push_front(sh, o);
+            o
         } else {
             let idx = match sh.free.pop() {
                 Some(i) => {
@@ -428,20 +469,26 @@ impl Store {
                         item: Some(item),
                         prev: NIL,
                         next: NIL,
+                        meta: fresh,
                     });
                     (sh.slots.len() - 1) as u32
                 }
             };
+            sh.slots[idx as usize].meta = fresh;
             let slots = &sh.slots;
             sh.table.insert_unique(h, idx, |&i| {
                 self.hash(key_of(slots[i as usize].item.as_deref().unwrap()))
             });
             lru_push_front(sh, idx);
             sh.bytes += size;
+            self.account(size as isize);
             sh.items += 1;
-        }
+            idx
+        };
         sh.total_items += 1;
+        self.set_class(sh, slot);
         self.make_room(sh);
+        slot
     }
 
     /// Evicts from the LRU tails until the shard is within its budget: values large enough
@@ -450,8 +497,9 @@ impl Store {
     fn make_room(&self, sh: &mut Shard) {
         let newest = sh.heads[RAM];
         let now = self.now();
+        let limit = self.shard_limit.load(Ordering::Relaxed);
         loop {
-            if sh.bytes <= self.shard_limit {
+            if sh.bytes <= limit {
                 // Within budget: only values stored long enough ago go (ext_item_age).
                 let Some(e) = self.ext.as_ref().filter(|e| e.cfg.item_age != u32::MAX) else {
                     break;
@@ -487,8 +535,13 @@ impl Store {
                 let th = self.hash(key_of(item));
                 if !self.live(item, now) {
                     sh.reclaimed += 1;
+                    self.count_reclaimed(sh, t);
                     self.unlink(sh, th, t);
                     continue;
+                }
+                if !self.opts.evict {
+                    // -M: never evict; a store that does not fit was refused (see `fits`)
+                    break;
                 }
                 if let Some(e) = &self.ext {
                     if self.to_flash(sh, t, e) {
@@ -501,8 +554,12 @@ impl Store {
             } else {
                 break;
             };
+            if !self.opts.evict {
+                break;
+            }
             let th = self.hash(key_of(sh.slots[victim as usize].item.as_deref().unwrap()));
             sh.evictions += 1;
+            self.count_evicted(sh, victim, now);
             self.unlink(sh, th, victim);
         }
     }
@@ -519,6 +576,7 @@ impl Store {
         lru_remove(sh, t);
         sh.slots[t as usize].item = Some(small);
         sh.bytes -= freed;
+        self.account(-(freed as isize));
         lru_push_front(sh, t);
         true
     }
@@ -604,71 +662,19 @@ impl Store {
         }
         lru_remove(&mut sh, idx);
         lru_push_front(&mut sh, idx);
+        sh.slots[idx as usize].meta.bump(now);
+        self.count_hit(&mut sh, idx, touch.is_some());
         Some(self.view(&mut sh, h, idx, true, f))
     }
 
-    /// Like [`Store::get`] but without LRU bump (for `me`).
+    /// Like [`Store::get`] but without LRU bump.
+    #[allow(dead_code)]
     pub fn peek<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
         let h = self.hash(key);
         let now = self.now();
         let mut sh = self.shard(h);
         let idx = self.find(&mut sh, h, key, now)?;
         Some(self.view(&mut sh, h, idx, false, f))
-    }
-
-    /// Stores `data` under `key` according to `mode`. `exptime` is the protocol value.
-    pub fn store(
-        &self,
-        mode: Mode,
-        key: &[u8],
-        flags: u32,
-        exptime: i64,
-        data: &[u8],
-    ) -> StoreResult {
-        let h = self.hash(key);
-        let now = self.now();
-        let exp = self.realtime(exptime, now);
-        let mut sh = self.shard(h);
-        let old = self.find(&mut sh, h, key, now);
-        let cas = self.next_cas();
-        let item = match (mode, old) {
-            (Mode::Add, Some(o)) => {
-                // memcached bumps the existing item on a failed add.
-                lru_remove(&mut sh, o);
-                lru_push_front(&mut sh, o);
-                return StoreResult::NotStored;
-            }
-            (Mode::Replace | Mode::Append | Mode::Prepend, None) => return StoreResult::NotStored,
-            (Mode::Cas(_), None) => return StoreResult::NotFound,
-            (Mode::Cas(c), Some(o)) => {
-                if ItemRef::ram(sh.slots[o as usize].item.as_deref().unwrap()).cas() != c {
-                    return StoreResult::Exists;
-                }
-                make_item(key, flags, exp, now, cas, &[data])
-            }
-            (Mode::Append | Mode::Prepend, Some(o)) => {
-                let item = self.view(&mut sh, h, o, false, |it| {
-                    let old = it.value();
-                    if io::pending_needs() {
-                        // The old value is on flash: nothing changes until it was read.
-                        return None;
-                    }
-                    let parts: [&[u8]; 2] = if mode == Mode::Append {
-                        [old, data]
-                    } else {
-                        [data, old]
-                    };
-                    Some(make_item(key, it.flags(), it.exptime(), now, cas, &parts))
-                });
-                match item {
-                    Some(i) => i,
-                    None => return StoreResult::NotStored,
-                }
-            }
-            _ => make_item(key, flags, exp, now, cas, &[data]),
-        };
-        self.insert(&mut sh, h, old, item);
-        StoreResult::Stored(cas)
     }
 
     /// Removes `key`; with `cas` given, only if it matches. Returns Ok(true) if deleted,
@@ -685,6 +691,8 @@ impl Store {
                 return Err(());
             }
         }
+        let cls = sh.slots[idx as usize].meta.cls;
+        self.class_mut(&mut sh, cls.into()).delete_hits += 1;
         self.unlink(&mut sh, h, idx);
         Ok(true)
     }
@@ -704,7 +712,7 @@ impl Store {
             return DeltaResult::NotFound;
         };
         let it = ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap());
-        if let Some(c) = cas {
+        if let Some(c) = cas.filter(|&c| c != 0) {
             if it.cas() != c {
                 return DeltaResult::Exists;
             }
@@ -715,13 +723,15 @@ impl Store {
         let Some(cur) = parse_counter(it.value()) else {
             return DeltaResult::NonNumeric;
         };
+        self.count_delta(&mut sh, idx, incr);
+        let it = ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap());
         let new = if incr {
             cur.wrapping_add(delta)
         } else {
             cur.saturating_sub(delta)
         };
         let digits = new.to_string();
-        let newcas = self.next_cas();
+        let newcas = self.new_cas();
         let old_len = it.value().len();
         if digits.len() <= old_len {
             let slot = sh.slots[idx as usize].item.as_deref_mut().unwrap();
@@ -773,7 +783,8 @@ impl Store {
             None => DeltaResult::NotFound,
             Some(Err(())) => DeltaResult::NonNumeric,
             Some(Ok((new, digits, flags, exp, time))) => {
-                let newcas = self.next_cas();
+                self.count_delta(sh, idx, incr);
+                let newcas = self.new_cas();
                 let key = key_of(sh.slots[idx as usize].item.as_deref().unwrap()).to_vec();
                 let item = make_item(&key, flags, exp, time, newcas, &[&digits]);
                 self.insert(sh, h, Some(idx), item);
@@ -815,8 +826,17 @@ impl Store {
 
     /// `flush_all [delay]`.
     pub fn flush_all(&self, delay: i64) {
-        if delay > 0 {
-            let now = self.now();
+        let now = self.now();
+        if !self.opts.use_cas {
+            // Without CAS, memcached invalidates by time alone: everything stored up to the
+            // second the flush takes effect, that second included.
+            let t = if delay > 0 {
+                self.realtime(delay, now)
+            } else {
+                now
+            };
+            self.oldest_live.store(t.max(1), Ordering::Relaxed);
+        } else if delay > 0 {
             let t = self.realtime(delay, now).saturating_sub(1);
             self.oldest_live.store(t.max(1), Ordering::Relaxed);
         } else {
@@ -929,105 +949,5 @@ fn lru_push_front(sh: &mut Shard, idx: u32) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn get(s: &Store, k: &[u8]) -> Option<Vec<u8>> {
-        s.get(k, None, |i| i.value().to_vec())
-    }
-
-    #[test]
-    fn modes() {
-        let s = Store::new(64 << 20, 1 << 20);
-        assert!(matches!(
-            s.store(Mode::Set, b"a", 3, 0, b"x"),
-            StoreResult::Stored(_)
-        ));
-        assert_eq!(s.store(Mode::Add, b"a", 0, 0, b"y"), StoreResult::NotStored);
-        assert_eq!(
-            s.store(Mode::Replace, b"b", 0, 0, b"y"),
-            StoreResult::NotStored
-        );
-        s.store(Mode::Append, b"a", 0, 0, b"z");
-        s.store(Mode::Prepend, b"a", 0, 0, b"w");
-        assert_eq!(get(&s, b"a").unwrap(), b"wxz");
-        assert_eq!(s.get(b"a", None, |i| i.flags()), Some(3));
-        let cas = s.get(b"a", None, |i| i.cas()).unwrap();
-        assert_eq!(
-            s.store(Mode::Cas(cas + 100), b"a", 0, 0, b"q"),
-            StoreResult::Exists
-        );
-        assert!(matches!(
-            s.store(Mode::Cas(cas), b"a", 0, 0, b"q"),
-            StoreResult::Stored(_)
-        ));
-        assert_eq!(
-            s.store(Mode::Cas(1), b"nope", 0, 0, b"q"),
-            StoreResult::NotFound
-        );
-        assert_eq!(s.delete(b"a", None), Ok(true));
-        assert_eq!(get(&s, b"a"), None);
-        assert_eq!(s.delete(b"a", None), Ok(false));
-    }
-
-    #[test]
-    fn counters() {
-        let s = Store::new(64 << 20, 1 << 20);
-        s.store(Mode::Set, b"n", 0, 0, b"10");
-        assert!(matches!(
-            s.delta(b"n", false, 1, None),
-            DeltaResult::Ok(9, _)
-        ));
-        assert_eq!(get(&s, b"n").unwrap(), b"9 ");
-        assert!(matches!(
-            s.delta(b"n", false, 100, None),
-            DeltaResult::Ok(0, _)
-        ));
-        s.store(Mode::Set, b"n", 0, 0, b"18446744073709551615");
-        assert!(matches!(
-            s.delta(b"n", true, 2, None),
-            DeltaResult::Ok(1, _)
-        ));
-        s.store(Mode::Set, b"n", 0, 0, b"9");
-        assert!(matches!(
-            s.delta(b"n", true, 1, None),
-            DeltaResult::Ok(10, _)
-        ));
-        assert_eq!(get(&s, b"n").unwrap(), b"10");
-        s.store(Mode::Set, b"t", 0, 0, b"abc");
-        assert_eq!(s.delta(b"t", true, 1, None), DeltaResult::NonNumeric);
-        assert_eq!(s.delta(b"none", true, 1, None), DeltaResult::NotFound);
-    }
-
-    #[test]
-    fn expiry_and_flush() {
-        let s = Store::new(64 << 20, 1 << 20);
-        s.store(Mode::Set, b"neg", 0, -1, b"x");
-        assert_eq!(get(&s, b"neg"), None);
-        s.store(Mode::Set, b"old", 0, 2_600_000, b"x"); // > 30 days: absolute, in 1970
-        assert_eq!(get(&s, b"old"), None);
-        s.store(Mode::Set, b"rel", 0, 100, b"x");
-        assert!(get(&s, b"rel").is_some());
-        s.flush_all(0);
-        assert_eq!(get(&s, b"rel"), None);
-        s.store(Mode::Set, b"after", 0, 0, b"x");
-        assert!(get(&s, b"after").is_some());
-    }
-
-    #[test]
-    fn lru_eviction_keeps_recent() {
-        let s = Store::new(1 << 20, 1 << 20);
-        assert_eq!(s.shard_count(), 1);
-        let v = vec![b'x'; 1000];
-        for i in 0..5000 {
-            s.store(Mode::Set, format!("k{i}").as_bytes(), 0, 0, &v);
-            // keep k0 hot
-            assert!(get(&s, b"k0").is_some(), "k0 evicted at {i}");
-        }
-        let st = s.stats();
-        assert!(st.bytes <= 1 << 20);
-        assert!(st.evictions > 3000);
-        assert!(get(&s, b"k4999").is_some());
-        assert!(get(&s, b"k1").is_none());
-    }
-}
+#[path = "store_tests.rs"]
+mod tests;

@@ -124,7 +124,16 @@ fn evicted_values_come_back_identical() {
     let dir = TempDir::new("tcp");
     // 4 MB of RAM, 64 MB of flash, ~25 MB of values: most of them on flash
     let o = ext_opts(&dir.file(), "64m", "");
-    let srv = inkcached(&["-m", "4", "-I", "64k", "-o", &o]);
+    let srv = inkcached(&[
+        "-m",
+        "4",
+        "-I",
+        "64k",
+        "-o",
+        "slab_chunk_max=65536",
+        "-o",
+        &o,
+    ]);
     let mut c = Tcp::new(srv.port);
     let n = 3000u64;
     for i in 0..n {
@@ -198,7 +207,16 @@ fn flash_smaller_than_data_misses_but_never_lies() {
     let dir = TempDir::new("small");
     // 4 MB of RAM, 8 MB of flash, ~25 MB written twice: pages are reclaimed and compacted
     let o = ext_opts(&dir.file(), "8m", "");
-    let srv = inkcached(&["-m", "4", "-I", "64k", "-o", &o]);
+    let srv = inkcached(&[
+        "-m",
+        "4",
+        "-I",
+        "64k",
+        "-o",
+        "slab_chunk_max=65536",
+        "-o",
+        &o,
+    ]);
     let mut c = Tcp::new(srv.port);
     let n = 3000u64;
     let mut hits = 0;

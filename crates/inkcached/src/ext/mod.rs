@@ -86,31 +86,6 @@ impl Ptr {
 
 // ---- configuration ----
 
-/// The flash tier's long options (memcached's `-o ext_*` keys are read by [`parse_opt`]).
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct ExtArgs {
-    /// Flash tier: storage file and its size, FILE:SIZE with SIZE in bytes or with K, M, G, T
-    /// (memcached's -o ext_path=FILE:SIZE)
-    #[arg(long = "ext-path", value_name = "FILE:SIZE")]
-    pub ext_path: Option<String>,
-    /// Values of at least this many bytes go to flash when evicted from RAM (512)
-    #[arg(long = "ext-item-size", value_name = "BYTES")]
-    pub ext_item_size: Option<usize>,
-    /// Flash page size in megabytes (default: 1/32 of the file, 1 to 64)
-    #[arg(long = "ext-page-size", value_name = "MB")]
-    pub ext_page_size: Option<u64>,
-    /// Flash write buffer size in megabytes (4)
-    #[arg(long = "ext-wbuf-size", value_name = "MB")]
-    pub ext_wbuf_size: Option<u64>,
-    /// Bring one in N values read from flash back to RAM when read again (2000; 0 = never)
-    #[arg(long = "ext-recache-rate", value_name = "N")]
-    pub ext_recache_rate: Option<u32>,
-    /// Also move values to flash, without memory pressure, once they were stored at least
-    /// this many seconds ago (default: only when RAM is full)
-    #[arg(long = "ext-item-age", value_name = "SECS")]
-    pub ext_item_age: Option<u32>,
-}
-
 /// A validated flash configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExtConfig {
@@ -207,22 +182,6 @@ pub fn parse_opt(o: &mut ExtOpts, key: &str, val: Option<&str>) -> Result<bool> 
 }
 
 impl ExtOpts {
-    /// Long options override `-o` keys.
-    pub fn merge_args(&mut self, a: &ExtArgs) {
-        if a.ext_path.is_some() {
-            self.path = a.ext_path.clone();
-        }
-        self.item_size = a.ext_item_size.or(self.item_size);
-        if let Some(mb) = a.ext_page_size {
-            self.page_size = Some(mb << 20);
-        }
-        if let Some(mb) = a.ext_wbuf_size {
-            self.wbuf_size = Some(mb << 20);
-        }
-        self.recache_rate = a.ext_recache_rate.or(self.recache_rate);
-        self.item_age = a.ext_item_age.or(self.item_age);
-    }
-
     /// The validated configuration, None without ext_path. `max_item` is the item size limit.
     pub fn config(&self, max_item: usize) -> Result<Option<ExtConfig>> {
         let Some(p) = &self.path else {
