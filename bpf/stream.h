@@ -4,12 +4,12 @@
  *
  * memcached handles a connection's commands in order, applies a write before answering it, and
  * answers every command exactly once (except `noreply`, quiet meta commands and errors, which
- * make the count uncertain). So, followed from its SYN:
- *  - at ingress (XDP) the client's byte stream is walked in order, a command cut by a segment end
- *    carried over to the next segment; every command the server will answer gets the next answer
- *    index, and a write records (answer index, key's set) in the connection's FIFO and counts as
- *    open in the set, which then refuses fills;
- *  - at egress (TC) the server's byte stream is walked the same way, answers counted (a VALUE
+ * make the count uncertain). So, followed from the moment the server accepts it:
+ *  - the client's byte stream is walked in order where the server's socket receives it (the
+ *    sk_skb stream verdict), a command cut by an skb's end carried over to the next; every command
+ *    the server will answer gets the next answer index, and a write records (answer index, key's
+ *    set) in the connection's FIFO and counts as open in the set, which then refuses fills;
+ *  - at egress (cgroup_skb) the server's byte stream is walked the same way, answers counted (a VALUE
  *    line is part of a get's answer, its data skipped by length; END closes it); once answer i
  *    has passed, every write with index <= i is applied, so its set may fill again with replies
  *    to requests that arrive from then on.
