@@ -73,7 +73,10 @@ struct mc_udp_hdr {
 	  "kernel answers and fills nothing.") \
 	X(SPLITS, splits, \
 	  "Multi-key gets split: the kernel answered the keys that hit, memcached got a get for " \
-	  "the others (its answer carries the END).")
+	  "the others (its answer carries the END).") \
+	X(NOT_HOST, not_host, \
+	  "Gets the host's stack would not deliver to the server (a bad checksum, a destination " \
+	  "MAC or address not the interface's own, a martian or own source): passed untouched.")
 
 enum ink_stat {
 #define INK_STAT_ENUM(e, name, help) ST_##e,
@@ -195,6 +198,23 @@ struct ink_req_key {
  * hash): its expiry, and whether its item may carry meta state a get reply does not show. The key
  * is stored and compared, so two keys whose hashes collide never share a hint: the entry is then
  * marked shared and neither key is served. */
+/* An interface the kernel answers on, as the control plane found it at attach (the `ifaces`
+ * map, by ifindex): the kernel answers only what the host's stack would deliver (host.h). */
+#define IFACES_MAX   64     /* interfaces of one attachment (the control plane's MAX_GROUP) */
+#define IFACE_ADDRS  16     /* addresses listed per interface; more are not answered */
+#define IFACE_CSUM_PARTIAL 1 /* virtual interface: local senders' UDP checksums may be partial */
+#define IFACE_LOOPBACK 2    /* loopback: every source is the host itself, every host address local */
+#define ADDR_LOCAL   1      /* a unicast address of this interface: requests to it are answered */
+#define ADDR_HOST    2      /* another address of the host (or a broadcast): never a source */
+
+struct ink_iface {
+	__u8 mac[6];
+	__u8 flags;            /* IFACE_* */
+	__u8 naddr;            /* entries used in addr/kind */
+	__u8 kind[IFACE_ADDRS];   /* ADDR_* */
+	__u8 addr[IFACE_ADDRS][16]; /* IPv4 mapped as ::ffff:a.b.c.d */
+};
+
 #define HINT_SHARED 0xff      /* klen of an entry two keys hash to */
 #define KEY_ROOM    256       /* KEY_MAX rounded up to 8-byte words */
 

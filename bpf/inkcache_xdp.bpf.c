@@ -18,6 +18,7 @@
 #include "coherence.h"
 #include "reply.h"
 #include "meta.h"
+#include "host.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -248,10 +249,13 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 		return XDP_PASS;
 	}
 	if (plen >= 7 && buf_eq(s, 0, "get ", 4))
-		return handle_get(ctx, s, p, plen, req_id, 0);
+		return host_delivers(ctx, s, p, plen) ? handle_get(ctx, s, p, plen, req_id, 0)
+						      : XDP_PASS;
 	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
-		return handle_get(ctx, s, p, plen, req_id, 1);
-	if (buf_eq(s, 0, "mg ", 3) && !p->ip_opts && handle_mg(ctx, s, p, plen, req_id) == XDP_TX)
+		return host_delivers(ctx, s, p, plen) ? handle_get(ctx, s, p, plen, req_id, 1)
+						      : XDP_PASS;
+	if (buf_eq(s, 0, "mg ", 3) && !p->ip_opts && host_delivers(ctx, s, p, plen) &&
+	    handle_mg(ctx, s, p, plen, req_id) == XDP_TX)
 		return XDP_TX;
 	stat_inc(ST_PASSED);
 	return XDP_PASS;

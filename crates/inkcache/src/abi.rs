@@ -49,6 +49,8 @@ unsafe impl Pod for crate::skel::xdp::types::ink_set {}
 unsafe impl Pod for crate::skel::xdp::types::ink_way {}
 // SAFETY: as above.
 unsafe impl Pod for crate::skel::xdp::types::ink_conn {}
+// SAFETY: as above.
+unsafe impl Pod for crate::skel::xdp::types::ink_iface {}
 
 /// The bytes of a map value.
 pub fn bytes_of<T: Pod>(v: &T) -> &[u8] {

@@ -531,6 +531,8 @@ fn attach_one(
 ) -> Result<AttachInfo> {
     let (xprog, iprog) = (progs.xdp, progs.tc_ingress);
     let tc_mode = tc::resolve(opts.tc_mode, t.ifindex)?;
+    // what the interface is (MAC, addresses), for "would the host deliver this?" (bpf/host.h)
+    crate::host::publish(&xskel.maps.ifaces, t.ifindex, &t.iface)?;
     // TC ingress first: it only answers what XDP hands over, so it must be there when XDP starts.
     let ingress = tc::attach(iprog.as_fd(), t.ifindex, &t.iface, Dir::Ingress, tc_mode)?;
     let shared = plan.is_some();

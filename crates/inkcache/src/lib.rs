@@ -5,6 +5,7 @@
 pub mod abi;
 pub mod attach;
 pub mod error;
+pub mod host;
 pub mod layout;
 pub mod lost;
 pub mod metrics;

@@ -24,6 +24,7 @@ pub const MAPS: &[&str] = &[
     "allow",
     "pending",
     "global",
+    "ifaces",
     "meta",
 ];
 

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use inkcache::{
     abi,
     attach::{load, Loaded, ObjStorage},
-    skel::xdp::types::ink_global,
+    skel::xdp::types::{ink_global, ink_iface},
     AttachOpts, Stats,
 };
 use std::os::fd::{AsFd, AsRawFd};
@@ -97,10 +97,12 @@ impl Fx {
             &m.ttl_hints,
             &m.conn_socks,
             &m.ports,
+            &m.ifaces,
         ] {
             clear_hash(map);
         }
         self.add_port(packet::PORT);
+        self.set_iface(&server_iface(0));
         let cpus = libbpf_rs::num_possible_cpus().unwrap();
         let zero = vec![vec![0u8; 8]; cpus];
         for i in 0..abi::ST_MAX as u32 {
@@ -134,6 +136,17 @@ impl Fx {
             .maps
             .global
             .update(&0u32.to_ne_bytes(), abi::bytes_of(g), MapFlags::ANY)
+            .unwrap();
+    }
+
+    /// Describes the interface test runs arrive on (BPF_PROG_TEST_RUN: the loopback device,
+    /// ifindex 1) as the control plane would: its MAC, addresses, flags.
+    pub fn set_iface(&self, e: &ink_iface) {
+        self.l
+            .xdp
+            .maps
+            .ifaces
+            .update(&1u32.to_ne_bytes(), abi::bytes_of(e), MapFlags::ANY)
             .unwrap();
     }
 
@@ -202,6 +215,32 @@ impl Fx {
 }
 
 /// struct ink_conn_key of a client/server flow (IPv4 mapped into IPv6, ports in network order).
+/// The server's interface: SERVER_MAC, the server addresses of Flow::v4 and Flow::v6 (its own),
+/// 198.18.0.255 (a broadcast) and 198.18.0.3 (another interface's); `flags` IFACE_*.
+pub fn server_iface(flags: u8) -> ink_iface {
+    let mut e = ink_iface {
+        mac: packet::SERVER_MAC,
+        flags,
+        ..Default::default()
+    };
+    let addrs: [(&str, usize); 4] = [
+        ("198.18.0.1", abi::ADDR_LOCAL),
+        ("fd00::1", abi::ADDR_LOCAL),
+        ("198.18.0.255", abi::ADDR_HOST),
+        ("198.18.0.3", abi::ADDR_HOST),
+    ];
+    for (i, (a, kind)) in addrs.iter().enumerate() {
+        let ip: std::net::IpAddr = a.parse().unwrap();
+        e.addr[i] = match ip {
+            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            std::net::IpAddr::V6(v6) => v6.octets(),
+        };
+        e.kind[i] = *kind as u8;
+    }
+    e.naddr = addrs.len() as u8;
+    e
+}
+
 pub fn conn_key(flow: &packet::Flow) -> Vec<u8> {
     let v6 = |a: std::net::IpAddr| match a {
         std::net::IpAddr::V4(v) => v.to_ipv6_mapped().octets(),

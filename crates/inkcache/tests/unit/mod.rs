@@ -8,6 +8,7 @@ pub mod packet;
 
 mod binary;
 mod gets;
+mod host;
 mod hostile;
 mod mutations;
 
