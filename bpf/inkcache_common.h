@@ -175,7 +175,7 @@ struct ink_conn {
 	__u32 out_skip;        /* bytes of a value still to come */
 	__u32 out_answers;     /* answers seen */
 	__u32 out_part_len;
-	__u32 pad;
+	__u32 in_long;         /* skipping to the end of a get line too long to carry */
 	struct ink_pending_write fifo[CONN_FIFO];
 	__u8 in_part[PART_MAX];
 	__u8 out_part[PART_MAX];

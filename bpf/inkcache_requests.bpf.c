@@ -35,6 +35,20 @@ static __always_inline int walk_chunk(__u32 end, __u32 binary)
 	return binary ? invalidate_binary(0, end) : invalidate_mutations(0, end);
 }
 
+/* A line at scratch.buf[r, end) without its end yet that memcached reads whole however long it
+ * is (proto_text.c: a line over 2 KB must be a multi-get, "get " or "gets ", else the connection
+ * is closed). */
+static __always_inline int long_get(__u32 r, __u32 end)
+{
+	struct scratch *s = get_scratch();
+
+	if (!s || r >= SCRATCH_LEN - 8 || end - r < 5)
+		return 0;
+	if (BUF(s, r) != 'g' || BUF(s, r + 1) != 'e' || BUF(s, r + 2) != 't')
+		return 0;
+	return BUF(s, r + 3) == ' ' || (BUF(s, r + 3) == 's' && BUF(s, r + 4) == ' ');
+}
+
 /* Walks the skb's bytes [off, plen), CHUNK bytes at a time, scratch.ws.part bytes of a line
  * carried over before them (and carried on after them), data blocks skipped by scratch.ws.skip.
  * Returns 0, or -1 if the walk could not be sure of the bytes (everything was invalidated). */
@@ -55,6 +69,25 @@ __noinline int walk_skb(struct __sk_buff *skb, __u32 off, __u32 plen, __u32 bina
 		if (off >= plen || s->ws.stopped) {
 			s->ws.part = s->ws.stopped ? 0 : part;
 			return 0;
+		}
+		if (s->ws.long_get) { /* the rest of a get line too long to carry: to its '\n' */
+			int e;
+			n = plen - off;
+			if (n > CHUNK)
+				n = CHUNK;
+			barrier_var(n);
+			if (n == 0 || n > CHUNK)
+				goto unsure;
+			if (bpf_skb_load_bytes(skb, off, s->buf, n))
+				goto unsure;
+			e = scan_eol(0, n);
+			if (e >= 0) {
+				s->ws.long_get = 0;
+				off += e + 1;
+			} else {
+				off += n;
+			}
+			continue;
 		}
 		if (s->ws.skip) { /* the rest of a data block */
 			n = plen - off;
@@ -77,6 +110,15 @@ __noinline int walk_skb(struct __sk_buff *skb, __u32 off, __u32 plen, __u32 bina
 		r = walk_chunk(end, binary);
 		if (r < 0)
 			return -1; /* everything was invalidated */
+		if (end - r > PART_MAX && !binary && s->ws.stream && long_get(r, end)) {
+			/* memcached reads a get line of any length whole, then answers it once; it
+			 * changes nothing: skip to its end (any other line this long is not walked) */
+			count_answers(s, 1);
+			s->ws.long_get = 1;
+			part = 0;
+			off += n;
+			continue;
+		}
 		r = stream_carry(r, end);
 		if (r < 0)
 			goto unsure; /* a line longer than we carry */
@@ -99,6 +141,7 @@ static __always_inline void walk_alone(struct scratch *s, __u32 udp)
 	s->ws.stopped = 0;
 	s->ws.skip = 0;
 	s->ws.part = 0;
+	s->ws.long_get = 0;
 	s->ws.cmds = 0;
 }
 
@@ -182,6 +225,7 @@ int inkcache_stream(struct __sk_buff *skb)
 	s->ws.stopped = 0;
 	s->ws.cmds = c->in_cmds;
 	s->ws.skip = c->in_skip;
+	s->ws.long_get = c->in_long;
 	part = c->in_part_len;
 	if (part > PART_MAX || part_io(DIR_IN, part, 0))
 		goto unsure;
@@ -207,6 +251,7 @@ int inkcache_stream(struct __sk_buff *skb)
 	c->in_part_len = s->ws.part;
 	c->in_cmds = s->ws.cmds;
 	c->in_skip = s->ws.skip;
+	c->in_long = s->ws.long_get;
 	c->in_seq += skb->len;
 	c->in_busy = 0;
 	return SK_PASS;

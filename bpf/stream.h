@@ -102,6 +102,7 @@ __noinline int conn_open(__u32 in_seq, __u32 out_seq, __u32 flags)
 	c->in_skip = 0;
 	c->in_cmds = 0;
 	c->in_part_len = 0;
+	c->in_long = 0;
 	c->out_busy = 0;
 	c->out_seq = out_seq;
 	c->out_skip = 0;

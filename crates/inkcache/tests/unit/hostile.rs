@@ -467,3 +467,61 @@ fn the_first_byte_of_the_connection_chooses_the_protocol() {
     c.send(&f, &req);
     f.assert_miss(&fl, "k");
 }
+
+/// A multi-get line of any length is one get to memcached (it reads a line over 2 KB whole when
+/// it starts with "get " or "gets "): it changes nothing and is answered once, however many
+/// segments it spans; the commands after it are walked as usual. (Before: a line longer than the
+/// 320 bytes carried over voided the whole cache, so every big TCP multi-get did.)
+#[test]
+fn long_multi_get_lines_change_nothing() {
+    for (verb, pieces) in [("get", 1usize), ("gets", 3), ("get", 7)] {
+        let f = fx();
+        let fl = Flow::v4();
+        for k in ["k", "bystander"] {
+            f.fill(&fl, k, 0, b"old");
+        }
+        let keys: Vec<String> = (0..400).map(|i| format!("key:{i:05}")).collect();
+        let line = format!("{verb} {} k\r\n", keys.join(" "));
+        assert!(line.len() > 4000);
+        let mut c = Conn::open(&f, fl.clone());
+        let step = line.len().div_ceil(pieces);
+        let bytes = line.as_bytes();
+        for (i, piece) in bytes.chunks(step).enumerate() {
+            if i + 1 == bytes.len().div_ceil(step) {
+                // the line's end and a write in one segment
+                let mut last = piece.to_vec();
+                last.extend_from_slice(b"set k 0 0 3\r\nnew\r\n");
+                c.send(&f, &last);
+            } else {
+                c.send(&f, piece);
+            }
+        }
+        let st = f.stats();
+        assert_eq!(st.inval_unparsable, 0, "{verb} in {pieces}: voided: {st:?}");
+        f.assert_hit(&fl, "bystander", 0, b"old");
+        f.assert_miss(&fl, "k");
+        // the get's END is its one answer: the set is settled only by its own STORED
+        c.answer(&f, b"END\r\n");
+        assert!(
+            !f.fill_with(&fl, "get k\r\n", &value_reply("k", 0, b"old")),
+            "{verb} in {pieces}: settled by the get's answer"
+        );
+        c.answer(&f, b"STORED\r\n");
+        f.fill(&fl, "k", 0, b"new");
+    }
+}
+
+/// Any other line too long to carry cannot be walked: the cache is voided, and counted.
+#[test]
+fn other_lines_too_long_to_carry_void_and_count() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, "bystander", 0, b"old");
+    let mut c = Conn::open(&f, fl.clone());
+    // memcached reads exptime "000...0" as 0: a valid set whose line is 900 bytes long
+    let line = format!("set k 0 {}0 3\r\nnew\r\n", "0".repeat(880));
+    c.send(&f, &line.as_bytes()[..600]);
+    c.send(&f, &line.as_bytes()[600..]);
+    assert!(f.stats().inval_unparsable > 0);
+    f.assert_miss(&fl, "bystander");
+}
