@@ -125,7 +125,15 @@ pub fn kernel(f: &mut Families, all_netns: bool) -> Result<()> {
         }
         seen.push(key);
         let dir = std::path::Path::new(&r.pin_dir);
-        let stats = Stats::read(dir)?;
+        let stats = match Stats::read(dir) {
+            Ok(s) => s,
+            // being detached by another inkcache between listing and reading: not an error
+            Err(_) if !dir.join("stats").exists() => {
+                eprintln!("inkcache: {}: detached meanwhile", dir.display());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let iface = i.group.join(",");
         let netns = i.netns.clone().unwrap_or_default();
         let l = [("iface", iface.as_str()), ("netns", netns.as_str())];

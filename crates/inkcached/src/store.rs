@@ -572,11 +572,13 @@ impl Store {
             return false;
         };
         let small = flash_item(item, &p);
-        let freed = item.len() - small.len();
+        // a value smaller than its flash pointer grows in RAM (memcached moves it all the same,
+        // as ext_item_size says): the change is signed
+        let delta = small.len() as isize - item.len() as isize;
         lru_remove(sh, t);
         sh.slots[t as usize].item = Some(small);
-        sh.bytes -= freed;
-        self.account(-(freed as isize));
+        sh.bytes = sh.bytes.saturating_add_signed(delta);
+        self.account(delta);
         lru_push_front(sh, t);
         true
     }
