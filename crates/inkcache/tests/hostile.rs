@@ -1,0 +1,285 @@
+//! Hostile and unusual traffic against real memcached with inkcache attached (issue 10): crafted
+//! packets the host's stack would drop get no answer from the kernel either (memcached, asked the
+//! same before attach, gives none); writes memcached reads in unusual ways leave the kernel
+//! serving exactly what memcached holds; one datagram of nonsense voids nothing. The packet-level
+//! cases in detail are the eBPF unit tests (tests/unit/hostile.rs, host.rs).
+
+mod common;
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    time::Duration,
+};
+
+use common::*;
+
+/// A crafted get of `key` from the client's interface (tests/craft_get.py): the reply's payload,
+/// if anything answered.
+fn craft(
+    rig: &Rig,
+    key: &str,
+    src: &str,
+    dst: &str,
+    mac: Option<&str>,
+    flags: &[&str],
+) -> Option<String> {
+    let srv_mac = testkit::sh(
+        rig.pair
+            .server
+            .cmd("cat")
+            .arg(format!("/sys/class/net/{}/address", rig.pair.srv_if)),
+    )
+    .unwrap();
+    let srv_mac = String::from_utf8_lossy(&srv_mac.stdout).trim().to_string();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/craft_get.py");
+    let out = testkit::sh(
+        rig.pair
+            .client
+            .cmd("python3")
+            .args([
+                script,
+                &rig.pair.cli_if,
+                mac.unwrap_or(&srv_mac),
+                src,
+                dst,
+                key,
+            ])
+            .args(flags),
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["payload"].as_str().map(str::to_string)
+}
+
+/// (what, source, destination, destination MAC, flags): gets the kernel must leave to the host's
+/// stack, which drops all but the broadcast (memcached, listening on any address, answers that).
+const NOT_THE_KERNELS: &[(&str, &str, &str, Option<&str>, &[&str])] = &[
+    (
+        "a bad UDP checksum",
+        "198.18.0.2",
+        "198.18.0.1",
+        None,
+        &["--bad-udp-csum"],
+    ),
+    (
+        "a bad IPv4 header checksum",
+        "198.18.0.2",
+        "198.18.0.1",
+        None,
+        &["--bad-ip-csum"],
+    ),
+    (
+        "a foreign destination",
+        "198.18.0.2",
+        "198.18.0.77",
+        None,
+        &[],
+    ),
+    (
+        "the subnet's broadcast",
+        "198.18.0.2",
+        "198.18.0.255",
+        Some("ff:ff:ff:ff:ff:ff"),
+        &[],
+    ),
+    (
+        "another host's MAC",
+        "198.18.0.2",
+        "198.18.0.1",
+        Some("02:00:00:00:77:77"),
+        &[],
+    ),
+    ("a loopback source", "127.0.0.1", "198.18.0.1", None, &[]),
+    (
+        "the server's own address as source",
+        "198.18.0.1",
+        "198.18.0.1",
+        None,
+        &[],
+    ),
+    ("a multicast source", "224.0.0.9", "198.18.0.1", None, &[]),
+];
+
+/// Each crafted get is answered with inkcache attached exactly as memcached alone answered it
+/// before attach (mostly: not at all, the stack drops it), and never by the kernel. A well-formed
+/// crafted get is a kernel hit (the cases are not refused for being crafted).
+#[test]
+fn gets_the_host_would_drop_are_not_answered() {
+    testkit::require_tool!("/usr/bin/python3");
+    let mut rig = Rig::new().unwrap();
+    set(&rig, "hk", 0, b"value");
+    let value = "VALUE hk 0 5\r\nvalue\r\nEND\r\n";
+    assert_eq!(
+        craft(&rig, "hk", "198.18.0.2", "198.18.0.1", None, &[]).as_deref(),
+        Some(value),
+        "memcached answers a well-formed crafted get"
+    );
+    let alone: Vec<Option<String>> = NOT_THE_KERNELS
+        .iter()
+        .map(|(_, src, dst, mac, flags)| craft(&rig, "hk", src, dst, *mac, flags))
+        .collect();
+    rig.attach(&[]).unwrap();
+    cache_it(&rig, "hk");
+    let hits = rig.stat("hits");
+    assert_eq!(
+        craft(&rig, "hk", "198.18.0.2", "198.18.0.1", None, &[]).as_deref(),
+        Some(value)
+    );
+    assert_eq!(
+        rig.stat("hits"),
+        hits + 1,
+        "the well-formed crafted get is a kernel hit"
+    );
+    for ((what, src, dst, mac, flags), before) in NOT_THE_KERNELS.iter().zip(alone) {
+        let (hits, not_host) = (rig.stat("hits"), rig.stat("not_host"));
+        let now = craft(&rig, "hk", src, dst, *mac, flags);
+        assert_eq!(
+            now, before,
+            "{what}: answered otherwise than by memcached alone"
+        );
+        assert_eq!(rig.stat("hits"), hits, "{what}: the kernel answered it");
+        assert_eq!(
+            rig.stat("not_host"),
+            not_host + 1,
+            "{what}: not counted: {}",
+            rig.stats()
+        );
+    }
+}
+
+/// Sends `bytes` on one TCP connection and reads what memcached answers for a moment.
+fn tcp_send(rig: &Rig, bytes: &[u8]) {
+    let addr = rig.server_addr();
+    let b = bytes.to_vec();
+    rig.client(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        s.write_all(&b).unwrap();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+        }
+    });
+}
+
+/// Writes memcached reads in unusual ways: each leaves the kernel serving what memcached holds
+/// (compared with memcached's own TCP answer), and none voids the whole cache.
+#[test]
+fn unusual_writes_leave_the_kernel_serving_what_memcached_holds() {
+    let rig = Rig::attached(&[]).unwrap();
+    let long_get = format!(
+        "get {} k\r\n",
+        (0..300)
+            .map(|i| format!("lk{i:04}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        // memcached refuses the line, reads no data block: "delete k" is a command
+        (
+            "a refused storage line",
+            b"set x abc 0 8\r\ndelete k\r\n".to_vec(),
+        ),
+        (
+            "a negative byte count",
+            b"set x 0 0 -1\r\ndelete k\r\n".to_vec(),
+        ),
+        ("double spaces", b"set  k  0  0  3\r\nnew\r\n".to_vec()),
+        (
+            "get with noreply, then a set",
+            b"get k noreply\r\nset k 0 0 4\r\nnew2\r\n".to_vec(),
+        ),
+        ("a multi-get line of 2 KB, then a set", {
+            let mut v = long_get.into_bytes();
+            v.extend_from_slice(b"set k 0 0 4\r\nnew3\r\n");
+            v
+        }),
+        ("append", b"append k 0 0 4\r\nmore\r\n".to_vec()),
+        (
+            "a meta set with odd spacing",
+            b"ms  k  3 T0\r\nnew\r\n".to_vec(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        set(&rig, "k", 0, b"old");
+        cache_it(&rig, "k");
+        tcp_send(&rig, &bytes);
+        assert_fresh(&rig, "k", what);
+    }
+    assert_eq!(rig.stat("inval_unparsable"), 0, "{}", rig.stats());
+}
+
+/// UDP writes the fast path cannot see whole: a set larger than a frame (IP fragments), a write
+/// with a sequence number other than 0 (memcached executes it). Neither voids the cache.
+#[test]
+fn udp_writes_in_fragments_or_with_odd_sequence_numbers_invalidate() {
+    let rig = Rig::attached(&[]).unwrap();
+    set(&rig, "bystander", 0, b"still");
+    cache_it(&rig, "bystander");
+
+    set(&rig, "k", 0, b"old");
+    cache_it(&rig, "k");
+    let value = vec![b'f'; 3000];
+    let mut req = format!("set k 0 0 {}\r\n", value.len()).into_bytes();
+    req.extend_from_slice(&value);
+    req.extend_from_slice(b"\r\n");
+    let answers = rig.udp_raw(&frame(11, 0, 1, &req), Duration::from_millis(500));
+    assert!(
+        !answers.is_empty(),
+        "memcached did not answer the fragmented set"
+    );
+    assert_fresh(&rig, "k", "a UDP set in IP fragments");
+
+    set(&rig, "k", 0, b"old");
+    cache_it(&rig, "k");
+    rig.udp_raw(
+        &frame(12, 3, 1, b"delete k\r\n"),
+        Duration::from_millis(300),
+    );
+    assert_fresh(&rig, "k", "a UDP delete with sequence number 3");
+
+    assert_eq!(rig.stat("inval_unparsable"), 0, "{}", rig.stats());
+    let hits = rig.stat("hits");
+    rig.udp_get(13, b"get bystander\r\n").unwrap();
+    assert_eq!(rig.stat("hits"), hits + 1, "the bystander was voided");
+}
+
+/// One datagram of nonsense (an unknown command, a malformed line) changes nothing in memcached,
+/// and voids nothing in the kernel.
+#[test]
+fn one_datagram_of_nonsense_voids_nothing() {
+    let rig = Rig::attached(&[]).unwrap();
+    set(&rig, "k", 0, b"v");
+    cache_it(&rig, "k");
+    for junk in [
+        &b"frobnicate k\r\n"[..],
+        b"\x00\x01\x02 garbage\r\n",
+        b"set k\r\n",
+        b"delete\r\n",
+        b"GET / HTTP/1.1\r\n\r\n",
+    ] {
+        rig.udp_raw(&frame(20, 0, 1, junk), Duration::from_millis(200));
+        tcp_send(&rig, junk);
+    }
+    assert_eq!(rig.stat("inval_unparsable"), 0, "{}", rig.stats());
+    let hits = rig.stat("hits");
+    assert_eq!(
+        rig.udp_get(21, b"get k\r\n").unwrap(),
+        b"VALUE k 0 1\r\nv\r\nEND\r\n"
+    );
+    assert_eq!(rig.stat("hits"), hits + 1, "k is still a kernel hit");
+}
+
+/// A memcached UDP frame: header (id, sequence, total, 0), then `body`.
+fn frame(id: u16, seq: u16, total: u16, body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + body.len());
+    for x in [id, seq, total, 0] {
+        v.extend_from_slice(&x.to_be_bytes());
+    }
+    v.extend_from_slice(body);
+    v
+}
