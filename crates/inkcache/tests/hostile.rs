@@ -54,7 +54,15 @@ fn craft(
 
 /// (what, source, destination, destination MAC, flags): gets the kernel must leave to the host's
 /// stack, which drops all but the broadcast (memcached, listening on any address, answers that).
-const NOT_THE_KERNELS: &[(&str, &str, &str, Option<&str>, &[&str])] = &[
+type Case = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    &'static [&'static str],
+);
+
+const NOT_THE_KERNELS: &[Case] = &[
     (
         "a bad UDP checksum",
         "198.18.0.2",
