@@ -116,6 +116,12 @@ pub struct CheckConfig {
     /// Share of sets with 1500-3000 byte values (multi-datagram replies).
     #[arg(long, default_value_t = 0.03)]
     pub large_ratio: f64,
+    /// Hostile mode: the writers' pipelines also carry lines memcached answers but that change
+    /// nothing (storage lines it refuses, whose announced data is the next real write; `get`
+    /// with `noreply`; unknown commands) and real writes with doubled spaces, at this share of
+    /// writes (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub hostile: f64,
     /// Slack past the latest possible expiry before a read counts as expired (memcached's
     /// clock has whole-second ticks).
     #[arg(long, default_value = "2500ms", value_parser = parse_duration)]
@@ -158,6 +164,7 @@ impl CheckConfig {
             ("flush ratio", self.flush_ratio),
             ("multiget ratio", self.multiget_ratio),
             ("large ratio", self.large_ratio),
+            ("hostile", self.hostile),
         ] {
             if !(0.0..=1.0).contains(&v) {
                 bail!("{n} must be within 0..1, not {v}");

@@ -173,13 +173,55 @@ impl Writer<'_> {
         op
     }
 
+    /// Hostile mode: a line memcached answers once but that changes nothing, before a real
+    /// write: a storage line it refuses (it reads no data block, so the write after it, which
+    /// the line announces as its data, is a command), `get` with `noreply` (still answered), or
+    /// an unknown command.
+    fn decoy(&mut self, req: &mut Vec<u8>, next_len: usize) {
+        let k = self.rng.gen_range(0..self.sh.cfg.keys);
+        let key = &self.sh.keys[k];
+        let line = match self.rng.gen_range(0..4) {
+            0 => format!("set {key} abc 0 {next_len}\r\n"),
+            1 => format!("set {key} 0 0 -{next_len}\r\n"),
+            2 => format!("get {key} noreply\r\n"),
+            _ => format!("frobnicate {key}\r\n"),
+        };
+        req.extend_from_slice(line.as_bytes());
+    }
+
+    /// Hostile mode: the command line of the write at req[start..] with its spaces doubled
+    /// (memcached's tokenizer skips empty tokens).
+    fn double_spaces(req: &mut Vec<u8>, start: usize) {
+        let Some(eol) = req[start..].windows(2).position(|w| w == b"\r\n") else {
+            return;
+        };
+        let line: Vec<u8> = req[start..start + eol]
+            .iter()
+            .flat_map(|&b| if b == b' ' { vec![b' ', b' '] } else { vec![b] })
+            .collect();
+        req.splice(start..start + eol, line);
+    }
+
     /// Sends one pipelined batch and records its outcomes.
     fn batch(&mut self, conn: &mut Conn) -> Result<()> {
         let n = self.rng.gen_range(1..=self.sh.cfg.batch);
         let mut req = Vec::new();
         let mut ops = Vec::with_capacity(n);
+        // decoys[i]: a decoy line (one answer, no change) goes before op i
+        let mut decoys = Vec::with_capacity(n);
+        let hostile = self.sh.cfg.hostile;
         for i in 0..n {
-            ops.push(self.plan(&mut req, i + 1 < n));
+            let mut one = Vec::new();
+            ops.push(self.plan(&mut one, i + 1 < n));
+            let decoy = hostile > 0.0 && self.rng.gen_bool(hostile);
+            if decoy {
+                self.decoy(&mut req, one.len());
+            }
+            decoys.push(decoy);
+            if hostile > 0.0 && self.rng.gen_bool(hostile) {
+                Self::double_spaces(&mut one, 0);
+            }
+            req.extend_from_slice(&one);
         }
         let send = self.sh.now();
         for o in &mut ops {
@@ -190,6 +232,16 @@ impl Writer<'_> {
         let mut pending_noreply: Vec<usize> = Vec::new();
         let mut err = res.err();
         for i in 0..ops.len() {
+            if decoys[i] && err.is_none() {
+                match conn.next(self.sh) {
+                    Ok((_, at)) => {
+                        for j in pending_noreply.drain(..) {
+                            ops[j].ack = Some(at);
+                        }
+                    }
+                    Err(e) => err = Some(e),
+                }
+            }
             if ops[i].noreply {
                 ops[i].outcome = Outcome::Noreply;
                 pending_noreply.push(i);

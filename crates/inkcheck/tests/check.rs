@@ -211,3 +211,34 @@ fn inkcache_without_invalidation_is_caught() -> Result<()> {
     );
     Ok(())
 }
+
+/// Hostile mode: the writers' pipelines also carry storage lines memcached refuses (announcing
+/// the next write as their data), `get ... noreply`, unknown commands and doubled spaces. The
+/// kernel must follow memcached through all of it: 0 violations, and it still serves (the decoys'
+/// error answers make every write fall back to the quarantine, kept short here).
+#[test]
+fn inkcache_has_no_violations_under_hostile_writes() -> Result<()> {
+    let rig = Rig::new(Some(&["--quarantine-ms", "50"]))?;
+    let rep = rig.check_with(14, |c| {
+        c.keys = 256;
+        c.flush_ratio = 0.00002;
+        c.large_ratio = 0.0;
+        c.hostile = 0.25;
+    })?;
+    show("memcached + inkcache, hostile writes", &rep);
+    let stats = rig.stats()?;
+    eprintln!("inkcache stats: {stats}");
+    sanity(&rep)?;
+    assert_eq!(rep.violations, 0, "{}", rep.summary());
+    let stats: serde_json::Value = serde_json::from_str(&stats)?;
+    assert!(
+        stats["hits"].as_u64().unwrap_or(0) > 100,
+        "the kernel served (almost) nothing, so nothing was checked: {stats}"
+    );
+    assert_eq!(
+        stats["inval_unparsable"].as_u64(),
+        Some(0),
+        "decoys voided the cache: {stats}"
+    );
+    Ok(())
+}
