@@ -11,6 +11,7 @@ mod cost;
 mod gets;
 mod host;
 mod hostile;
+mod model;
 mod mutations;
 
 use std::sync::atomic::{AtomicU16, Ordering};
