@@ -13,6 +13,7 @@
 #include "proto.h"
 #include "cache.h"
 #include "reply.h"
+#include "xsk.h"
 #include "binproto.h"
 #include "meta.h"
 #include "stream.h"
@@ -617,8 +618,7 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 	return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 }
 
-SEC("xdp")
-int inkcache_xdp(struct xdp_md *ctx)
+static __always_inline int xdp_main(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct pkt p = {};
@@ -752,4 +752,13 @@ int inkcache_xdp(struct xdp_md *ctx)
 	s->ws.udp = 0;
 	stat_inc(ST_PASSED);
 	return XDP_PASS;
+}
+
+SEC("xdp")
+int inkcache_xdp(struct xdp_md *ctx)
+{
+	int act = xdp_main(ctx);
+
+	/* what goes to the server: to inkcached's AF_XDP sockets if it has any (xsk.h) */
+	return act == XDP_PASS ? xsk_redirect(ctx) : act;
 }

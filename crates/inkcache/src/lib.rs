@@ -3,6 +3,7 @@
 //! `stats`, `status` and `detach`.
 
 pub mod attach;
+pub mod coop;
 pub mod error;
 pub mod layout;
 pub mod pins;

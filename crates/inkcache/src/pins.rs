@@ -24,6 +24,10 @@ pub const MAPS: &[&str] = &[
     "pending",
     "global",
     "meta",
+    // the AF_XDP hand-off to inkcached (bpf/xsk.h)
+    "xsks",
+    "xsk_cfg",
+    "xsk_dsts",
 ];
 
 /// What `attach` did to one interface; stored as JSON in the pinned `meta` map.

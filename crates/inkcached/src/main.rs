@@ -1,7 +1,10 @@
 //! inkcached: a memcached-compatible server. See README.md.
 
+mod afxdp;
+mod bypass;
 mod exec;
 mod net;
+mod steer;
 mod stats;
 mod store;
 
@@ -46,6 +49,8 @@ struct Cli {
     /// Print help
     #[arg(short = 'h', long = "help", action = clap::ArgAction::Help)]
     help: Option<bool>,
+    #[command(flatten)]
+    bypass: bypass::Opts,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -106,6 +111,7 @@ fn run(cli: Cli) -> Result<()> {
         .map(|_| net::WorkerSockets {
             tcp: Vec::new(),
             udp: Vec::new(),
+            xsk: Vec::new(),
         })
         .collect();
     for &ip in &addrs {
@@ -134,6 +140,15 @@ fn run(cli: Cli) -> Result<()> {
             per_worker[w].udp.push(s);
         }
     }
+    let bypass = bypass::setup(
+        &cli.bypass,
+        n,
+        cli.udp_port,
+        &addrs,
+        &mut per_worker,
+        cli.verbose > 0,
+    )?;
+    net::PIN_WORKERS.store(bypass.pin_workers, Ordering::Relaxed);
     let settings = Settings {
         tcp_port: cli.port,
         udp_port: cli.udp_port,
@@ -206,6 +221,7 @@ fn run(cli: Cli) -> Result<()> {
     for h in handles {
         let _ = h.join();
     }
+    drop(bypass);
     Ok(())
 }
 

@@ -25,6 +25,8 @@ use std::time::Duration;
 const WAKE: Token = Token(usize::MAX - 1);
 /// Tokens below this are listeners and UDP sockets; connections start here.
 const CONN_BASE: usize = 1 << 16;
+/// AF_XDP sockets' tokens start here (below CONN_BASE).
+const XSK_BASE: usize = 1 << 15;
 /// Stop executing requests of a connection while this much output waits to be sent.
 const WBUF_HIGH: usize = 4 << 20;
 /// Reads per connection per turn before yielding to others.
@@ -92,7 +94,12 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
 pub struct WorkerSockets {
     pub tcp: Vec<Socket>,
     pub udp: Vec<Socket>,
+    /// AF_XDP sockets (`--afxdp`), see afxdp.rs.
+    pub xsk: Vec<crate::afxdp::XskSocket>,
 }
+
+/// Worker w runs on CPU w (`--steer-cpumap`).
+pub static PIN_WORKERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 struct Conn {
     sock: TcpStream,
@@ -545,7 +552,22 @@ fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
 }
 
 /// Executes the requests of one datagram, appending the answer to `out`.
-fn execute_datagram(sh: &Arc<Shared>, w: usize, limits: &Limits, dgram: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn execute_datagram(
+    sh: &Arc<Shared>,
+    w: usize,
+    limits: &Limits,
+    dgram: &[u8],
+    out: &mut Vec<u8>,
+) {
+    if let Some(n) = crate::steer::workers() {
+        if let Some(o) = crate::steer::owner(&dgram[HEADER_LEN.min(dgram.len())..], n) {
+            sh.workers[w].inc(if o == w {
+                C::steer_owned
+            } else {
+                C::steer_foreign
+            });
+        }
+    }
     let mut pos = HEADER_LEN;
     let n = dgram.len();
     while pos < n {
@@ -661,6 +683,23 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
         registry.register(&mut u, Token(udp_base + udps.len()), Interest::READABLE)?;
         udps.push(u);
     }
+    let mut xsks = socks.xsk;
+    for (i, x) in xsks.iter().enumerate() {
+        registry.register(
+            &mut mio::unix::SourceFd(&x.as_raw_fd()),
+            Token(XSK_BASE + i),
+            Interest::READABLE,
+        )?;
+    }
+    if PIN_WORKERS.load(Ordering::Relaxed) {
+        // SAFETY: cpu_set_t is plain old data; CPU_SET writes within it; the call only reads
+        // the set (pid 0: this thread).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(w, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut pending: Vec<Token> = Vec::new();
@@ -669,8 +708,15 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     let st = &sh.workers[w];
     let verbose = sh.settings.verbose;
 
+    let mut unused = Vec::new();
     while !sh.shutdown.load(Ordering::Relaxed) {
-        let timeout = if pending.is_empty() {
+        // sent AF_XDP frames come back, the fill rings stay topped up
+        for x in xsks.iter_mut() {
+            x.recycle(&mut unused);
+        }
+        let timeout = if !xsks.is_empty() && pending.is_empty() {
+            Some(Duration::from_millis(10))
+        } else if pending.is_empty() {
             Some(Duration::from_millis(500))
         } else {
             Some(Duration::ZERO)
@@ -735,6 +781,10 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                             break;
                         }
                     }
+                }
+            } else if (XSK_BASE..CONN_BASE).contains(&t) {
+                if xsks[t - XSK_BASE].serve(&sh, w, &limits) {
+                    pending.push(tok);
                 }
             } else if t < CONN_BASE {
                 let more = serve_udp(&udps[t - udp_base], &sh, w, &limits, &mut ubatch);

@@ -45,6 +45,17 @@ counters!(
     auth_errors,
     bytes_read,
     bytes_written,
+    // AF_XDP path, key steering and cooperative mode (afxdp.rs, steer.rs, coop.rs)
+    afxdp_rx_packets,
+    afxdp_tx_packets,
+    afxdp_dropped,
+    steer_owned,
+    steer_foreign,
+    coop_installs,
+    coop_invalidations,
+    coop_flushes,
+    coop_calls,
+    coop_errors,
 );
 
 /// The counters of one worker.
