@@ -3,7 +3,8 @@
 
 CARGO ?= cargo
 DEB_PKGS := clang llvm libelf-dev zlib1g-dev pkg-config bpftool memcached libmemcached-tools \
-            iproute2 ethtool python3 python3-pymemcache python3-pylibmc util-linux procps
+            iproute2 ethtool python3 python3-pymemcache python3-pylibmc util-linux procps \
+            iputils-ping
 
 .PHONY: all deps build test lint demo bench check-consistency clean
 

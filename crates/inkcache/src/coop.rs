@@ -15,7 +15,11 @@ use crate::pins;
 pub fn find_attachment(iface: &str) -> Option<PathBuf> {
     let root = pins::root();
     let own = std::fs::metadata("/proc/self/ns/net").ok()?;
-    for e in std::fs::read_dir("/run/netns").into_iter().flatten().flatten() {
+    for e in std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let Ok(m) = std::fs::metadata(e.path()) else {
             continue;
         };

@@ -71,10 +71,7 @@ impl Mmap {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error()).context("mmap of the UMEM");
         }
-        Ok(Mmap {
-            ptr: p.cast(),
-            len,
-        })
+        Ok(Mmap { ptr: p.cast(), len })
     }
 
     fn ring(fd: RawFd, len: usize, pgoff: u64) -> Result<Mmap> {
@@ -93,10 +90,7 @@ impl Mmap {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error()).context("mmap of an AF_XDP ring");
         }
-        Ok(Mmap {
-            ptr: p.cast(),
-            len,
-        })
+        Ok(Mmap { ptr: p.cast(), len })
     }
 }
 
@@ -191,7 +185,8 @@ impl UmemRings {
         let (c, n) = self.comp.peek(RING);
         for i in 0..n {
             // SAFETY: entries [c, c+n) were published by the kernel (peek), u64 each.
-            self.free.push(unsafe { *self.comp.entry::<u64>(c.wrapping_add(i)) });
+            self.free
+                .push(unsafe { *self.comp.entry::<u64>(c.wrapping_add(i)) });
         }
         self.comp.release(n);
         // keep a reserve for answers of several datagrams
@@ -316,7 +311,12 @@ fn open_queue(ifindex: u32, queue: u32, slots: usize) -> Result<(Vec<XskSocket>,
     };
     sockopt(ofd, libc::XDP_UMEM_REG, &reg, "UMEM registration")?;
     sockopt(ofd, libc::XDP_UMEM_FILL_RING, &RING, "fill ring")?;
-    sockopt(ofd, libc::XDP_UMEM_COMPLETION_RING, &RING, "completion ring")?;
+    sockopt(
+        ofd,
+        libc::XDP_UMEM_COMPLETION_RING,
+        &RING,
+        "completion ring",
+    )?;
     let mut fds = vec![owner.clone()];
     for _ in 1..slots {
         fds.push(Arc::new(new_socket()?));
@@ -344,8 +344,14 @@ fn open_queue(ifindex: u32, queue: u32, slots: usize) -> Result<(Vec<XskSocket>,
     ) {
         Ok(()) => true,
         Err(_) => {
-            bind(ofd, ifindex, queue, libc::XDP_USE_NEED_WAKEUP | libc::XDP_COPY, 0)
-                .with_context(|| format!("binding an AF_XDP socket to queue {queue}"))?;
+            bind(
+                ofd,
+                ifindex,
+                queue,
+                libc::XDP_USE_NEED_WAKEUP | libc::XDP_COPY,
+                0,
+            )
+            .with_context(|| format!("binding an AF_XDP socket to queue {queue}"))?;
             false
         }
     };
@@ -569,7 +575,6 @@ fn frame(q: &Queue, addr: u64) -> &mut [u8] {
 }
 
 impl XskSocket {
-
     /// Tells the kernel to send what the TX ring holds (copy mode needs a syscall).
     fn kick(&self) {
         if self.tx.needs_wakeup() {

@@ -129,7 +129,9 @@ pub fn setup(
         b.pin_workers = true;
     }
     if let Some(iface) = &o.afxdp {
-        if let Err(e) = afxdp_setup(&mut b, iface, workers, steer, udp_port, addrs, per_worker, verbose) {
+        if let Err(e) = afxdp_setup(
+            &mut b, iface, workers, steer, udp_port, addrs, per_worker, verbose,
+        ) {
             eprintln!("inkcached: AF_XDP unavailable on {iface} ({e:#}); serving UDP with sockets");
             for p in per_worker.iter_mut() {
                 p.xsk.clear();
@@ -199,8 +201,9 @@ fn afxdp_setup(
     let (xsks, cfg) = match inkcache::coop::find_attachment(iface) {
         Some(dir) => {
             let open = |n: &str| {
-                MapHandle::from_pinned_path(dir.join(n))
-                    .with_context(|| format!("inkcache's pinned map {n} (attached before AF_XDP support?)"))
+                MapHandle::from_pinned_path(dir.join(n)).with_context(|| {
+                    format!("inkcache's pinned map {n} (attached before AF_XDP support?)")
+                })
             };
             let (xsks, cfg, dm) = (open("xsks")?, open("xsk_cfg")?, open("xsk_dsts")?);
             for a in afxdp::dst_addrs(iface, addrs) {
@@ -233,11 +236,11 @@ fn afxdp_setup(
     b.cfg = Some(cfg);
     if verbose {
         eprintln!(
-        "inkcached: AF_XDP on {iface}: {} queue(s), {} socket(s), {} mode",
-        socks.queues,
-        socks.sockets.len(),
-        if socks.zero_copy { "zero-copy" } else { "copy" }
-    );
+            "inkcached: AF_XDP on {iface}: {} queue(s), {} socket(s), {} mode",
+            socks.queues,
+            socks.sockets.len(),
+            if socks.zero_copy { "zero-copy" } else { "copy" }
+        );
     }
     for (_, s, w) in socks.sockets {
         per_worker[w].xsk.push(s);

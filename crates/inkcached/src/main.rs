@@ -4,8 +4,8 @@ mod afxdp;
 mod bypass;
 mod exec;
 mod net;
-mod steer;
 mod stats;
+mod steer;
 mod store;
 
 use anyhow::{bail, Context, Result};
@@ -149,6 +149,7 @@ fn run(cli: Cli) -> Result<()> {
         cli.verbose > 0,
     )?;
     net::PIN_WORKERS.store(bypass.pin_workers, Ordering::Relaxed);
+    net::listen(&per_worker)?;
     let settings = Settings {
         tcp_port: cli.port,
         udp_port: cli.udp_port,

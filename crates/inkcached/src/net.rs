@@ -67,7 +67,7 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
         s.set_nonblocking(true).with_context(ctx)?;
         s.bind(&addr.into()).with_context(ctx)?;
         if tcp {
-            s.listen(1024).with_context(ctx)?;
+            // listen() comes later (see `listen`), when everything else is ready
         } else {
             let _ = s.set_recv_buffer_size(4 << 20);
             let _ = s.set_send_buffer_size(4 << 20);
@@ -88,6 +88,17 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
         out.push(s);
     }
     Ok(out)
+}
+
+/// Starts listening on every TCP socket: the last step of start-up, since a client (or a test)
+/// takes an accepted connection for "ready", UDP (and the AF_XDP path) included.
+pub fn listen(per_worker: &[WorkerSockets]) -> Result<()> {
+    for p in per_worker {
+        for s in &p.tcp {
+            s.listen(1024).context("listen")?;
+        }
+    }
+    Ok(())
 }
 
 /// The sockets one worker serves.
@@ -559,7 +570,9 @@ pub(crate) fn execute_datagram(
     dgram: &[u8],
     out: &mut Vec<u8>,
 ) {
-    if let Some(n) = crate::steer::workers() {
+    // which worker owns the request's key (steer.rs), counted with or without steering
+    let n = sh.settings.threads;
+    if n > 1 {
         if let Some(o) = crate::steer::owner(&dgram[HEADER_LEN.min(dgram.len())..], n) {
             sh.workers[w].inc(if o == w {
                 C::steer_owned

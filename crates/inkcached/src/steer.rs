@@ -18,19 +18,10 @@ use libbpf_rs::{MapCore, MapFlags};
 use socket2::Socket;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::OnceLock;
 
 mod skel {
     #![allow(clippy::all, missing_docs, dead_code)]
     include!(concat!(env!("OUT_DIR"), "/inkcached_steer.skel.rs"));
-}
-
-/// Workers when steering is on.
-static WORKERS: OnceLock<usize> = OnceLock::new();
-
-/// The worker count keys are steered over, if steering is on.
-pub fn workers() -> Option<usize> {
-    WORKERS.get().copied()
 }
 
 /// `xsk_key_hash` of bpf/xsk.h over a request datagram's payload (after the 8-byte frame
@@ -85,7 +76,6 @@ pub fn owner(req: &[u8], workers: usize) -> Option<usize> {
 /// Loads the sk_reuseport program and attaches it to the UDP reuseport groups: `groups[g][w]`
 /// is worker w's socket of group g (at most one IPv4 and one IPv6 group).
 pub fn attach_reuseport(groups: &[Vec<&Socket>], workers: usize) -> Result<()> {
-    let _ = WORKERS.set(workers);
     let mut families = [false; 2];
     // The object lives as long as the process (the programs stay attached to the sockets).
     let storage = Box::leak(Box::new(MaybeUninit::uninit()));
@@ -144,7 +134,10 @@ mod tests {
     #[test]
     fn first_key_decides() {
         assert_eq!(key_hash(b"get foo\r\n"), key_hash(b"get foo bar\r\n"));
-        assert_eq!(key_hash(b"get  foo\r\n"), key_hash(b"set foo 0 0 1\r\nx\r\n"));
+        assert_eq!(
+            key_hash(b"get  foo\r\n"),
+            key_hash(b"set foo 0 0 1\r\nx\r\n")
+        );
         assert_ne!(key_hash(b"get foo\r\n"), key_hash(b"get fop\r\n"));
         assert_eq!(key_hash(b"stats\r\n"), 0);
         assert_eq!(key_hash(b"get \r\n"), 0);
