@@ -31,10 +31,14 @@ const volatile __u64 quarantine_ns = 1000000000ULL;
 /* A write the server has not answered after this long no longer blocks fills (its connection
  * state was lost, or the server is stuck). */
 const volatile __u64 settle_max_ns = 60000000000ULL;
+/* Cooperative mode: the server installs and invalidates (inkcache_coop.bpf.c); XDP walks no
+ * mutations and TC egress fills nothing. */
+const volatile __u32 coop_mode = 0;
 
 #define NS_PER_SEC 1000000000LL
 #define HINT_KEEP   0ULL   /* invalidate_key: leave the key's expiry as it is */
 #define HINT_DELETE 2ULL   /* invalidate_key: the key is gone (delete) */
+#define INVAL_SERVER 2     /* invalidate_key_x's `exact` in cooperative mode (inkcache_coop) */
 
 /* table_lookup modes (its want_cas argument) */
 #define LKM_CAS   1        /* gets form, only if the CAS is known */
@@ -589,12 +593,14 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 exp, __u32 exact)
 		return -1;
 	tag = tag_of(h);
 	/* the answer cannot pass egress before the server has this packet: pushing first is safe */
-	if (settle_off || (exact && fifo_push(idx)))
+	if (exact == INVAL_SERVER)
+		; /* cooperative mode: the server applied the write, stable from now, nothing to settle */
+	else if (settle_off || (exact && fifo_push(idx)))
 		exact = 0;
 	now = bpf_ktime_get_ns();
 	until = exact ? now : now + quarantine_ns;
 	bpf_spin_lock(&set->lock);
-	if (exact) {
+	if (exact == 1) {
 		if (set->gen != (__u32)g->gen) {
 			set->gen = (__u32)g->gen;
 			set->open = 0;

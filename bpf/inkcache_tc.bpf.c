@@ -352,6 +352,9 @@ int inkcache_tc_egress(struct __sk_buff *skb)
 	__u32 plen, seg;
 	__u16 port;
 
+	if (coop_mode) /* the server installs entries itself */
+		return TC_ACT_OK;
+
 	if (parse_frame(data, data_end, skb->len, &p) == PARSE_BAD) {
 		/* headers may sit outside the linear area */
 		if (bpf_skb_pull_data(skb, skb->len < 128 ? skb->len : 128))

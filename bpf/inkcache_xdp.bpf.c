@@ -645,6 +645,11 @@ static __always_inline int xdp_main(struct xdp_md *ctx)
 		struct tcphdr *tcp = data + (p.l4_off & 127);
 		__u32 seq;
 
+		if (coop_mode) { /* the server invalidates what it writes */
+			stat_inc(ST_PASSED);
+			return XDP_PASS;
+		}
+
 		if ((void *)(tcp + 1) > data_end) {
 			stat_inc(ST_ERRORS);
 			invalidate_all(ST_INVAL_UNPARSABLE);
@@ -733,6 +738,10 @@ static __always_inline int xdp_main(struct xdp_md *ctx)
 			stat_inc(ST_REFUSED);
 		}
 		/* not answered here: mg with T, N, E or R writes, so it is walked as a command */
+	}
+	if (coop_mode) {
+		stat_inc(ST_PASSED);
+		return XDP_PASS;
 	}
 	/* a UDP request that is one write is settled by the answer echoing its request id; other
 	 * writes over UDP fall back to the quarantine */

@@ -66,6 +66,9 @@ pub struct AttachOpts {
     /// Debug only: pass partly missing multi-key gets whole instead of splitting them (to
     /// measure what the split saves).
     pub debug_no_split: bool,
+    /// Cooperative mode (see crate::coop): the server installs and invalidates; XDP walks no
+    /// mutations, TC egress fills nothing.
+    pub cooperative: bool,
 }
 
 impl Default for AttachOpts {
@@ -87,6 +90,7 @@ impl Default for AttachOpts {
             debug_no_invalidation: false,
             debug_quarantine_only: false,
             debug_no_split: false,
+            cooperative: false,
         }
     }
 }
@@ -250,6 +254,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
             ro.settle_off = opts.debug_quarantine_only as u32;
             ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
             ro.settle_max_ns = opts.settle_max_secs.saturating_mul(1_000_000_000);
+            ro.coop_mode = opts.cooperative as u32;
         }};
     }
     // The constants of bpf/reply.h, which the XDP and TC ingress objects both compile.
@@ -541,6 +546,7 @@ fn attach_one(
         quarantine_ms: opts.quarantine_ms,
         max_conns: opts.max_conns,
         settle_max_secs: opts.settle_max_secs,
+        cooperative: opts.cooperative,
         group: group.to_vec(),
     };
     let pin = || -> Result<()> {

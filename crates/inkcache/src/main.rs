@@ -77,6 +77,10 @@ enum Cmd {
         /// Debug: pass partly missing multi-key gets whole (what the split saves).
         #[arg(long, hide = true)]
         debug_no_split: bool,
+        /// Cooperative mode: the server (inkcached --cooperative IFACE) installs and invalidates
+        /// entries itself; XDP walks no mutations and TC egress fills nothing. Only for inkcached
+        #[arg(long)]
+        cooperative: bool,
     },
     /// Remove everything `attach` put on an interface (other programs stay).
     Detach {
@@ -177,6 +181,7 @@ fn run(cli: Cli) -> Result<()> {
             debug_no_invalidation,
             debug_quarantine_only,
             debug_no_split,
+            cooperative,
         } => {
             let opts = AttachOpts {
                 ifaces,
@@ -195,6 +200,7 @@ fn run(cli: Cli) -> Result<()> {
                 debug_no_invalidation,
                 debug_quarantine_only,
                 debug_no_split,
+                cooperative,
             };
             for info in inkcache::attach(&opts)? {
                 println!(

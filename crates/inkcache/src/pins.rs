@@ -68,6 +68,9 @@ pub struct AttachInfo {
     pub settle_max_secs: u64,
     /// Interfaces attached by the same command: they share the cache and the counters.
     pub group: Vec<String>,
+    /// Cooperative mode (the server installs and invalidates entries itself).
+    #[serde(default)]
+    pub cooperative: bool,
 }
 
 pub fn root() -> PathBuf {

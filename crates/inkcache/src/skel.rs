@@ -17,6 +17,10 @@ pub mod sock {
 pub mod echo {
     include!(concat!(env!("OUT_DIR"), "/inkbench_echo.skel.rs"));
 }
+/// Cooperative mode's batch program (`bpf/inkcache_coop.bpf.c`).
+pub mod coop {
+    include!(concat!(env!("OUT_DIR"), "/inkcache_coop.skel.rs"));
+}
 pub mod pass {
     include!(concat!(env!("OUT_DIR"), "/inkcache_pass.skel.rs"));
 }

@@ -391,8 +391,59 @@ pub struct Sockets {
     pub zero_copy: bool,
 }
 
-/// Number of RX queues of `iface` (in this network namespace).
+/// Number of RX queues of `iface` in this network namespace: the driver's channel counts
+/// (ETHTOOL_GCHANNELS, which needs no /sys of this namespace), else /sys, else 1.
 pub fn rx_queues(iface: &str) -> u32 {
+    #[repr(C)]
+    struct Channels {
+        cmd: u32,
+        max: [u32; 4],
+        rx: u32,
+        tx: u32,
+        other: u32,
+        combined: u32,
+    }
+    const ETHTOOL_GCHANNELS: u32 = 0x3c;
+    let mut ch = Channels {
+        cmd: ETHTOOL_GCHANNELS,
+        max: [0; 4],
+        rx: 0,
+        tx: 0,
+        other: 0,
+        combined: 0,
+    };
+    // SAFETY: ifreq is plain old data; all-zero is valid.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr
+        .ifr_name
+        .iter_mut()
+        .zip(iface.bytes().take(libc::IFNAMSIZ - 1))
+    {
+        *d = s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut ch as *mut Channels).cast();
+    // SAFETY: a datagram socket only used for the ioctl below and closed right after; the
+    // ioctl reads the name from `ifr` and writes at most one `Channels` through ifru_data,
+    // which points to a live one.
+    let n = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        let r = if fd >= 0 {
+            libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr)
+        } else {
+            -1
+        };
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        if r == 0 {
+            ch.rx + ch.combined
+        } else {
+            0
+        }
+    };
+    if n > 0 {
+        return n;
+    }
     std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -633,6 +684,8 @@ impl XskSocket {
                 self.one(sh, w, limits, d, &mut sends, &mut unused);
             }
             self.rx.release(n);
+            // cooperative mode: the kernel cache before the answers (coop.rs)
+            crate::coop::commit(sh, w);
             let (p, room) = self.tx.reserve(sends.len() as u32);
             for (k, &(addr, len)) in sends.iter().enumerate() {
                 if (k as u32) < room {

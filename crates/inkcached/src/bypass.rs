@@ -94,6 +94,9 @@ pub fn setup(
     verbose: bool,
 ) -> Result<Bypass> {
     let mut b = Bypass::default();
+    if let Some(iface) = &o.cooperative {
+        crate::coop::enable(iface, workers)?;
+    }
     let steer = o.steer || o.steer_cpumap.is_some();
     if (o.afxdp.is_some() || o.steer_cpumap.is_some()) && udp_port == 0 {
         bail!("--afxdp and --steer-cpumap need UDP (-U)");

@@ -2,6 +2,7 @@
 
 mod afxdp;
 mod bypass;
+mod coop;
 mod exec;
 mod net;
 mod stats;

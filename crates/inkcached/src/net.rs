@@ -162,9 +162,11 @@ impl Conn {
             let buf = &self.rbuf[self.rstart..self.rend];
             match parse_request_with(buf, limits) {
                 Ok(Some((req, used))) => {
+                    let note = crate::coop::note(&req);
                     if exec::execute(sh, w, req, &mut self.wbuf) == Next::Close {
                         self.closing = true;
                     }
+                    crate::coop::apply(sh, w, note);
                     self.rstart += used;
                 }
                 Ok(None) => break,
@@ -174,6 +176,7 @@ impl Conn {
                         break;
                     }
                     exec::parse_error(sh, w, buf, &e, &mut self.wbuf);
+                    coop_parse_error(sh, w, buf, &e);
                     self.rstart += e.consumed;
                     self.swallow = e.swallow;
                 }
@@ -214,6 +217,8 @@ impl Conn {
         let mut reads = 0;
         loop {
             self.process(sh, w, limits);
+            // cooperative mode: the kernel cache before the answers (coop.rs)
+            crate::coop::commit(sh, w);
             if self.flush(sh, w).is_err() {
                 return Status::Close;
             }
@@ -562,6 +567,15 @@ fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
     unsafe { std::slice::from_raw_parts((a as *const libc::sockaddr_storage).cast::<u8>(), n) }
 }
 
+/// A too large store deletes its key (exec::parse_error): the kernel's entry goes too.
+fn coop_parse_error(sh: &Shared, w: usize, buf: &[u8], e: &inkproto::request::ProtoError) {
+    if e.kind == inkproto::request::ErrorKind::TooLarge {
+        if let Some((a, b)) = e.key {
+            crate::coop::invalidate(sh, w, &buf[a..b]);
+        }
+    }
+}
+
 /// Executes the requests of one datagram, appending the answer to `out`.
 pub(crate) fn execute_datagram(
     sh: &Arc<Shared>,
@@ -587,7 +601,9 @@ pub(crate) fn execute_datagram(
         let buf = &dgram[pos..n];
         match parse_request_with(buf, limits) {
             Ok(Some((req, used))) => {
+                let note = crate::coop::note(&req);
                 let quit = exec::execute(sh, w, req, out) == Next::Close;
+                crate::coop::apply(sh, w, note);
                 pos += used;
                 if quit {
                     break;
@@ -599,6 +615,7 @@ pub(crate) fn execute_datagram(
                     break;
                 }
                 exec::parse_error(sh, w, buf, &e, out);
+                coop_parse_error(sh, w, buf, &e);
                 pos += e.consumed + e.swallow;
             }
         }
@@ -665,6 +682,7 @@ fn serve_udp(
                 }
             }
         }
+        crate::coop::commit(sh, w);
         let sent = b.send(fd, n);
         st.add(C::bytes_written, sent);
         if b.out.capacity() > 4 << 20 {
@@ -704,6 +722,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             Interest::READABLE,
         )?;
     }
+    crate::coop::init_worker(w);
     if PIN_WORKERS.load(Ordering::Relaxed) {
         // SAFETY: cpu_set_t is plain old data; CPU_SET writes within it; the call only reads
         // the set (pid 0: this thread).
