@@ -182,6 +182,7 @@ impl KernelCache {
             kc: self.clone(),
             first: w * BATCH,
             n: 0,
+            done: Committed::default(),
         }
     }
 }
@@ -200,12 +201,21 @@ pub struct Batch {
     kc: Arc<KernelCache>,
     first: usize,
     n: usize,
+    /// What commits made by a full batch did since the last [`Batch::commit`].
+    done: Committed,
 }
 
 impl Batch {
     fn slot(&mut self) -> Result<&mut Op> {
         if self.n == BATCH {
-            self.commit()?;
+            let d = self.done;
+            let c = self.commit()?;
+            self.done = Committed {
+                installs: d.installs + c.installs,
+                invalidations: d.invalidations + c.invalidations,
+                flushes: d.flushes + c.flushes,
+                calls: d.calls + c.calls,
+            };
         }
         let i = self.first + self.n;
         self.n += 1;
@@ -286,9 +296,10 @@ impl Batch {
         self.n == BATCH
     }
 
-    /// Runs the queued operations, in order, in one BPF_PROG_TEST_RUN.
+    /// Runs the queued operations, in order, in one BPF_PROG_TEST_RUN. Returns what it did,
+    /// with what the commits of full batches did since the last call.
     pub fn commit(&mut self) -> Result<Committed> {
-        let mut c = Committed::default();
+        let mut c = std::mem::take(&mut self.done);
         if self.n == 0 {
             return Ok(c);
         }
@@ -314,7 +325,7 @@ impl Batch {
         if out != 2 {
             bail!("cooperative-mode batch refused (XDP action {out})");
         }
-        c.calls = 1;
+        c.calls += 1;
         Ok(c)
     }
 }

@@ -6,8 +6,9 @@
 //!   deletes its key, meta writes with base64 keys: everything) queues their invalidation after
 //!   it was executed; every `get`/`gets` queues the install of each key it found, with the time
 //!   taken before it was executed (`read_ts`).
-//! * A worker commits its batch (one BPF_PROG_TEST_RUN) after executing a round of requests and
-//!   before sending their answers: no write is acknowledged before its key's kernel entry is
+//! * A worker commits its batch (one BPF_PROG_TEST_RUN) after executing a round of requests
+//!   (a batch of datagrams, or every TCP connection ready in an event-loop round) and before
+//!   sending their answers: no write is acknowledged before its key's kernel entry is
 //!   gone, and the kernel refuses an install whose `read_ts` is not after the key's last
 //!   invalidation, so an install that raced a write is either refused or removed by it.
 //! * The kernel cache is flushed when cooperative mode starts (the store is empty).
@@ -45,6 +46,12 @@ pub fn enable(iface: &str, workers: usize) -> Result<()> {
     b.commit()?;
     let _ = KC.set(kc);
     Ok(())
+}
+
+/// True in cooperative mode.
+#[inline]
+pub fn enabled() -> bool {
+    KC.get().is_some()
 }
 
 /// Gives worker `w`'s thread its batch (call on the worker's thread).
@@ -151,9 +158,6 @@ pub fn commit(sh: &Shared, w: usize) {
     BATCH.with(|b| {
         let mut b = b.borrow_mut();
         let Some(b) = b.as_mut() else { return };
-        if b.is_empty() {
-            return;
-        }
         let st = &sh.workers[w];
         match b.commit() {
             Ok(c) => {

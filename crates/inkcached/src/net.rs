@@ -119,6 +119,9 @@ struct Conn {
     rend: usize,
     wbuf: Vec<u8>,
     wpos: usize,
+    /// wbuf[..safe] may be sent: in cooperative mode, answers wait until the kernel cache
+    /// operations of their requests are committed (once per event-loop round, see run_worker).
+    safe: usize,
     swallow: usize,
     closing: bool,
 }
@@ -141,6 +144,7 @@ impl Conn {
             rend: 0,
             wbuf: Vec::new(),
             wpos: 0,
+            safe: 0,
             swallow: 0,
             closing: false,
         }
@@ -193,8 +197,8 @@ impl Conn {
 
     /// Writes pending output; Err on a dead connection.
     fn flush(&mut self, sh: &Shared, w: usize) -> std::io::Result<()> {
-        while self.wpos < self.wbuf.len() {
-            match self.sock.write(&self.wbuf[self.wpos..]) {
+        while self.wpos < self.safe {
+            match self.sock.write(&self.wbuf[self.wpos..self.safe]) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.wpos += n;
@@ -205,8 +209,12 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
+        if self.wpos < self.wbuf.len() {
+            return Ok(()); // the rest waits for its commit
+        }
         self.wbuf.clear();
         self.wpos = 0;
+        self.safe = 0;
         if self.wbuf.capacity() > 1 << 20 {
             self.wbuf = Vec::new();
         }
@@ -217,8 +225,9 @@ impl Conn {
         let mut reads = 0;
         loop {
             self.process(sh, w, limits);
-            // cooperative mode: the kernel cache before the answers (coop.rs)
-            crate::coop::commit(sh, w);
+            if !crate::coop::enabled() {
+                self.safe = self.wbuf.len();
+            }
             if self.flush(sh, w).is_err() {
                 return Status::Close;
             }
@@ -741,6 +750,18 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     let verbose = sh.settings.verbose;
 
     let mut unused = Vec::new();
+    let mut unsent: Vec<usize> = Vec::new();
+    let close = |idx: usize, conns: &mut Vec<Option<Conn>>, free: &mut Vec<usize>| {
+        let Some(mut c) = conns[idx].take() else {
+            return;
+        };
+        let _ = registry.deregister(&mut c.sock);
+        free.push(idx);
+        st.atomic_add(C::curr_connections, -1);
+        if verbose > 1 {
+            eprintln!("<{} connection closed.", CONN_BASE + idx);
+        }
+    };
     while !sh.shutdown.load(Ordering::Relaxed) {
         // sent AF_XDP frames come back, the fill rings stay topped up
         for x in xsks.iter_mut() {
@@ -828,18 +849,27 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                 let Some(Some(c)) = conns.get_mut(idx) else {
                     continue;
                 };
-                match c.drive(&sh, w, &limits) {
+                let status = c.drive(&sh, w, &limits);
+                if c.safe < c.wbuf.len() {
+                    unsent.push(idx);
+                }
+                match status {
                     Status::Idle => {}
                     Status::More => pending.push(tok),
-                    Status::Close => {
-                        let mut c = conns[idx].take().unwrap();
-                        let _ = registry.deregister(&mut c.sock);
-                        free.push(idx);
-                        st.atomic_add(C::curr_connections, -1);
-                        if verbose > 1 {
-                            eprintln!("<{t} connection closed.");
-                        }
-                    }
+                    Status::Close => close(idx, &mut conns, &mut free),
+                }
+            }
+        }
+        // Cooperative mode: one commit for the round's TCP requests, then their answers.
+        if !unsent.is_empty() {
+            crate::coop::commit(&sh, w);
+            for idx in unsent.drain(..) {
+                let Some(Some(c)) = conns.get_mut(idx) else {
+                    continue;
+                };
+                c.safe = c.wbuf.len();
+                if c.flush(&sh, w).is_err() || (c.closing && c.backlog() == 0) {
+                    close(idx, &mut conns, &mut free);
                 }
             }
         }
