@@ -315,8 +315,13 @@ impl Batch {
         let mut pkt = [0u8; 64];
         pkt[0..4].copy_from_slice(&(self.first as u32).to_ne_bytes());
         pkt[4..8].copy_from_slice(&(self.n as u32).to_ne_bytes());
-        let mut input = ProgramInput::default();
-        input.data_in = Some(&pkt);
+        // (a non-exhaustive struct: no struct literal from outside libbpf-rs)
+        #[allow(clippy::field_reassign_with_default)]
+        let input = {
+            let mut i = ProgramInput::default();
+            i.data_in = Some(&pkt);
+            i
+        };
         let out = self.kc.obj.progs.inkcache_coop.test_run(input);
         self.n = 0;
         let out = out

@@ -243,7 +243,7 @@ fn cooperative_mode_installs_and_invalidates() {
         let big = format!("set k 0 0 {}\r\n{}\r\n", 2 << 20, "b".repeat(2 << 20));
         let ans = c.tcp(&big);
         assert!(ans.starts_with("SERVER_ERROR"), "{ans}");
-        assert_eq!(c.get(&"k".to_string()), "END\r\n");
+        assert_eq!(c.get("k"), "END\r\n");
         // a TTL: the kernel entry never outlives the item
         assert_eq!(c.tcp("set t 0 2 1\r\nt\r\n"), "STORED\r\n");
         c.get_twice(&pair, "t");
