@@ -16,7 +16,8 @@
 #include "inkcache_common.h"
 #include "maps.h"
 #include "proto.h"
-#include "cache.h"
+#include "table.h"
+#include "coherence.h"
 
 #define BIN_REQ_MAGIC 0x80
 #define BIN_HDR_LEN   24

@@ -14,34 +14,68 @@
 #define MAX_GET_KEYS     24    /* keys per get answered in the kernel; more pass to the server */
 #define SCRATCH_LEN      2048  /* per-CPU scratch: request bytes parsed, reply built */
 
-/* Counters, one per-CPU slot each; `inkcache stats` sums them. Keep in sync with stats.rs. */
+/* The frame header memcached puts before every UDP payload (all fields big-endian). */
+struct mc_udp_hdr {
+	__u16 req_id;          /* echoed in the reply */
+	__u16 seq;             /* datagram number within the message, from 0 */
+	__u16 total;           /* datagrams in the message */
+	__u16 reserved;        /* 0 */
+};
+
+/* Counters, one per-CPU slot each; `inkcache stats` sums them. This list is their one definition:
+ * the enum below, and in Rust the Stats struct, the names, the order and the help texts (generated
+ * by crates/inkcache/build.rs), all come from it. X(ENUM, name, help) */
+#define INK_STATS(X) \
+	X(HITS, hits, "Requests answered by the kernel.") \
+	X(MISSES, misses, "Cacheable gets passed to the server because a key missed.") \
+	X(FILLS, fills, "Items installed from the server's replies.") \
+	X(INVALIDATIONS, invalidations, \
+	  "Keys (or the whole cache) invalidated; the total of the `inval_*` counters.") \
+	X(PASSED, passed, \
+	  "Packets that were not for the cache (other traffic, other ports, other commands).") \
+	X(REFUSED, refused, "Gets from sources outside the allowlist, passed to the server.") \
+	X(TOO_BIG, too_big, \
+	  "Hits whose reply would need more than one datagram, passed to the server.") \
+	X(ERRORS, errors, "Malformed memcached frames passed untouched, and helper failures.") \
+	X(FILL_SKIPPED, fill_skipped, \
+	  "Replies not installed: guarded by a recent write, CAS-bearing, too large, or unmatched.") \
+	X(INVAL_UNPARSABLE, inval_unparsable, \
+	  "Whole-cache invalidations: request segments that could not be parsed with certainty.") \
+	X(INVAL_COMMAND, inval_command, "Keys invalidated by mutating commands.") \
+	X(INVAL_FLUSH, inval_flush, "Whole-cache invalidations by flush_all.") \
+	X(INVAL_RESTART, inval_restart, \
+	  "Whole-cache invalidations: the server stopped or (re)started (released or bound its port).") \
+	X(EXPIRED, expired, "Hits refused because the item had expired.") \
+	X(PROMOTED, promoted, "Hot items copied to the log head before the log came round to them.") \
+	X(CONN_TRACKED, conn_tracked, \
+	  "TCP connections followed from their SYN (their writes are settled by the server's " \
+	  "answers).") \
+	X(CONN_UNTRACKED, conn_untracked, \
+	  "Connections not followed because --max-conns were already followed (connections opened " \
+	  "before attach are not followed either, and not counted).") \
+	X(CONN_DESYNC, conn_desync, \
+	  "Followed connections whose answers could no longer be counted (quiet meta commands, " \
+	  "error answers, a gap in the stream): their writes fall back to the quarantine.") \
+	X(SETTLED, settled, "Writes settled by the server's answer to them.") \
+	X(QUARANTINED, quarantined, \
+	  "Writes settled by the quarantine (noreply, UDP, connections not followed or lost).") \
+	X(TC_HANDOFFS, tc_handoffs, \
+	  "Hits whose reply did not fit the XDP frame, handed to the TC ingress program.") \
+	X(TC_HITS, tc_hits, "Requests the TC ingress program answered (counted in `hits` too).") \
+	X(TC_PASSED, tc_passed, \
+	  "Handed-off requests the TC ingress program could not answer (a key went meanwhile, the " \
+	  "skb could not grow), passed to the server.") \
+	X(AMP_REFUSED, amp_refused, \
+	  "Replies to sources outside the allowlist larger than `--max-amplification` times the " \
+	  "request, passed to the server.") \
+	X(SPLITS, splits, \
+	  "Multi-key gets split: the kernel answered the keys that hit, memcached got a get for " \
+	  "the others (its answer carries the END).")
+
 enum ink_stat {
-	ST_HITS = 0,          /* requests answered by the kernel */
-	ST_MISSES,            /* cacheable get requests passed because a key missed */
-	ST_FILLS,             /* items installed from server replies */
-	ST_INVALIDATIONS,     /* keys (or the whole cache) invalidated by mutations */
-	ST_PASSED,            /* packets not for us (other traffic, other ports, not a get) */
-	ST_REFUSED,           /* gets from sources outside the allowlist, passed to the server */
-	ST_TOO_BIG,           /* hits whose reply would exceed one datagram, passed to the server */
-	ST_ERRORS,            /* malformed memcached frames passed untouched, helper failures */
-	ST_FILL_SKIPPED,      /* replies not installed: stale-guarded, gets/CAS, too big, unmatched */
-	ST_INVAL_UNPARSABLE,  /* whole-cache invalidations: segments not parsable with certainty */
-	ST_INVAL_COMMAND,     /* keys invalidated by a mutating command */
-	ST_INVAL_FLUSH,       /* whole-cache invalidations by flush_all */
-	ST_INVAL_RESTART,     /* whole-cache invalidations: the server bound or released its port */
-	ST_EXPIRED,           /* hits refused because the item's expiry had passed */
-	ST_PROMOTED,          /* hot items copied to the log head before the log overwrote them */
-	ST_CONN_TRACKED,      /* TCP connections followed from their SYN */
-	ST_CONN_UNTRACKED,    /* connections not followed (seen mid-stream, or table full) */
-	ST_CONN_DESYNC,       /* followed connections whose stream was lost */
-	ST_SETTLED,           /* writes settled by the server's answer */
-	ST_QUARANTINED,       /* writes settled by the quarantine (no answer to wait for) */
-	ST_TC_HANDOFFS,       /* hits whose reply did not fit the XDP frame: handed to TC ingress */
-	ST_TC_HITS,           /* requests TC ingress answered (counted in ST_HITS too) */
-	ST_TC_PASSED,         /* handed-off requests TC ingress could not answer, passed to the server */
-	ST_AMP_REFUSED,       /* replies to sources outside the allowlist over --max-amplification */
-	ST_SPLITS,            /* multi-key gets split: the kernel answered the keys that hit, the
-			       * server got a get for the others */
+#define INK_STAT_ENUM(e, name, help) ST_##e,
+	INK_STATS(INK_STAT_ENUM)
+#undef INK_STAT_ENUM
 	ST_MAX,
 };
 
@@ -60,7 +94,7 @@ enum ink_stat {
 #define SEG_BYTES   65536   /* one arena map value */
 #define SEG_UNITS   (SEG_BYTES / 16)
 #define SEG_SLACK   2048    /* past the end of a segment: chunked copies never leave the value */
-#define ITEM_CAP    1392    /* largest item stored (ITEM_MAX rounded up to 16) */
+#define ITEM_CAP    ((ITEM_MAX + 15) / 16 * 16) /* largest item stored (ITEM_MAX rounded up) */
 
 struct ink_way {
 	__u32 tag;             /* low 32 bits of the key hash, never 0; 0 = empty */

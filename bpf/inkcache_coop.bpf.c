@@ -3,7 +3,7 @@
  * installs and invalidates kernel cache entries itself, in batches. It writes operations into
  * its slice of the mmap-able coop_ops array, then runs this program once with BPF_PROG_TEST_RUN
  * (the packet data says which slice and how many). The table is changed only through cache.h's
- * own functions (table_fill, invalidate_key_x), so this follows whatever layout the table has.
+ * own functions (table.h's table_fill, coherence.h's invalidate_key_x), so this follows whatever layout the table has.
  *
  * Ordering, which the server keeps (crates/inkcached/src/coop.rs): an invalidation runs after the
  * server applied the write and before it answers it, and leaves the key's set stable from then
@@ -17,9 +17,13 @@
 #include <bpf/bpf_helpers.h>
 
 #include "inkcache_common.h"
+#include "parsing.h"
+#include "config.h"
 #include "maps.h"
+#include "scratch.h"
 #include "proto.h"
-#include "cache.h"
+#include "table.h"
+#include "coherence.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

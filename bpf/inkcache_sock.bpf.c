@@ -6,13 +6,13 @@
 #include <bpf/bpf_helpers.h>
 
 #include "inkcache_common.h"
+#include "config.h"
 #include "maps.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Network namespace of the server (0: any), set by the control plane. */
 const volatile __u64 netns_cookie = 0;
-const volatile __u32 invalidation_off = 0;
 
 /* Sockets bound to a cached port in the server's namespace (the server's own sockets). Sockets it
  * accepts do not inherit the mark (no BPF_F_CLONE), so closing a connection is not a restart. */

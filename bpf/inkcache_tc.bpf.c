@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* TC egress on the server's interface: learns items from the server's UDP replies to get requests
- * that the XDP program passed, when the reply provably cannot predate a write (see cache.h). */
+ * that the XDP program passed, when the reply provably cannot predate a write (see table.h). */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
@@ -9,8 +9,11 @@
 #include "inkcache_common.h"
 #include "parsing.h"
 #include "maps.h"
+#include "config.h"
+#include "scratch.h"
 #include "proto.h"
-#include "cache.h"
+#include "table.h"
+#include "coherence.h"
 #include "stream.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -14,8 +14,11 @@
 #include "parsing.h"
 #include "csum.h"
 #include "maps.h"
+#include "config.h"
+#include "scratch.h"
 #include "proto.h"
-#include "cache.h"
+#include "table.h"
+#include "coherence.h"
 #include "reply.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -101,7 +104,8 @@ static __always_inline int answer(struct __sk_buff *skb, __u32 magic)
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	__u32 plen, bound, want_cas;
 	struct scratch *s;
-	__u16 fh[4], port;
+	struct mc_udp_hdr fh;
+	__u16 port;
 	int n, out, r;
 
 	s = get_scratch();
@@ -123,37 +127,37 @@ static __always_inline int answer(struct __sk_buff *skb, __u32 magic)
 	plen = s->pk.payload_len;
 	if (plen < UDP_HDR_MC + 7 || plen > DGRAM_MAX)
 		goto not_get;
-	if (bpf_skb_load_bytes(skb, s->pk.payload_off, fh, sizeof(fh)))
+	if (bpf_skb_load_bytes(skb, s->pk.payload_off, &fh, sizeof(fh)))
 		goto not_get;
-	if (fh[1] != 0 || fh[2] != bpf_htons(1))
+	if (fh.seq != 0 || fh.total != bpf_htons(1))
 		goto not_get;
 	plen -= UDP_HDR_MC; /* 7..PAYLOAD_MAX */
 	if (bpf_skb_load_bytes(skb, s->pk.payload_off + UDP_HDR_MC, s->buf, plen))
-		return pass_on(&s->pk, fh[0]);
+		return pass_on(&s->pk, fh.req_id);
 	if (buf_eq(s, 0, "get ", 4))
 		want_cas = 0;
 	else if (buf_eq(s, 0, "gets ", 5))
 		want_cas = 1;
 	else
-		return pass_on(&s->pk, fh[0]);
+		return pass_on(&s->pk, fh.req_id);
 	n = parse_get_keys(want_cas ? 5 : 4, plen);
 	if (n <= 0 || s->pk.ip_opts)
-		return pass_on(&s->pk, fh[0]);
+		return pass_on(&s->pk, fh.req_id);
 	bound = reply_bound(&s->pk);
 	if (bound == 0) {
 		stat_inc(ST_REFUSED);
-		return pass_on(&s->pk, fh[0]);
+		return pass_on(&s->pk, fh.req_id);
 	}
 	if (magic == INK_META_SPLIT)
-		return split(skb, s, n, fh[0], want_cas, bound);
-	out = compose_reply(n, fh[0], want_cas, bound, bpf_ktime_get_ns());
+		return split(skb, s, n, fh.req_id, want_cas, bound);
+	out = compose_reply(n, fh.req_id, want_cas, bound, bpf_ktime_get_ns());
 	if (out < 0) {
 		count_unanswerable(s, out, bound); /* a key went since XDP looked, or over the bound */
-		return pass_on(&s->pk, fh[0]);
+		return pass_on(&s->pk, fh.req_id);
 	}
 	r = skb_to_datagram(skb, out);
 	if (r > 0)
-		return pass_on(&s->pk, fh[0]);
+		return pass_on(&s->pk, fh.req_id);
 	if (r < 0)
 		goto broken;
 	stat_inc(ST_HITS);

@@ -13,7 +13,8 @@
 
 #include "inkcache_common.h"
 #include "proto.h"
-#include "cache.h"
+#include "table.h"
+#include "coherence.h"
 
 #define MG_FLAGS_MAX 8     /* return flags answered in the kernel */
 #define MG_OPAQUE_MAX 32   /* memcached's opaque token limit */

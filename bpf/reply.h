@@ -14,13 +14,11 @@
 #include "parsing.h"
 #include "csum.h"
 #include "maps.h"
+#include "config.h"
+#include "scratch.h"
 #include "proto.h"
-#include "cache.h"
-
-/* Set by the control plane before load (--max-amplification): a source outside the allowlist is
- * answered by the kernel only if the reply's UDP payload is at most this many times the
- * request's; 0: such sources are never answered by the kernel. */
-const volatile __u32 max_amplification = 0;
+#include "table.h"
+#include "coherence.h"
 
 /* XDP metadata (bpf_xdp_adjust_meta) on a request whose reply every key hit for but whose frame
  * could not take it: the TC ingress program answers it from the skb. */
@@ -28,8 +26,6 @@ const volatile __u32 max_amplification = 0;
 /* A multi-key get some of whose keys missed in XDP: TC ingress answers the keys that hit and
  * passes a get for the others to the server. */
 #define INK_META_SPLIT 0x32636b69 /* "ikc2" */
-
-const volatile __u32 no_split = 0; /* debug: partly missing multi-key gets pass whole */
 
 /* compose_reply results (besides the reply length) */
 #define RP_MISS    LK_MISS
@@ -100,10 +96,7 @@ __noinline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit,
 	}
 	__builtin_memcpy(&s->out[out & 2047], "END\r\n", 5);
 	out += 5;
-	/* frame header: request id echoed, sequence 0, one datagram, reserved 0 */
-	__builtin_memcpy(&s->out[0], &id, 2);
-	__u16 hdr[3] = { 0, bpf_htons(1), 0 };
-	__builtin_memcpy(&s->out[2], hdr, 6);
+	put_frame_header(s, id);
 	return out;
 }
 
@@ -151,9 +144,7 @@ __noinline int compose_hits(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit, 
 	w.limit = limit > DGRAM_MAX ? DGRAM_MAX : limit;
 	bpf_loop(MAX_GET_KEYS, hits_step, &w, 0);
 	s->nmiss = w.m;
-	__builtin_memcpy(&s->out[0], &id, 2);
-	__u16 hdr[3] = { 0, bpf_htons(1), 0 };
-	__builtin_memcpy(&s->out[2], hdr, 6);
+	put_frame_header(s, id);
 	return w.out;
 }
 

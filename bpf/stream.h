@@ -23,7 +23,8 @@
 #include "inkcache_common.h"
 #include "maps.h"
 #include "proto.h"
-#include "cache.h"
+#include "table.h"
+#include "coherence.h"
 
 #define DIR_IN  0   /* client -> server */
 #define DIR_OUT 1   /* server -> client */

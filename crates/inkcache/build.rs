@@ -1,5 +1,7 @@
-//! Compiles every `bpf/*.bpf.c` into a libbpf skeleton (`$OUT_DIR/<name>.skel.rs`).
-use std::{env, path::PathBuf};
+//! Compiles every `bpf/*.bpf.c` into a libbpf skeleton (`$OUT_DIR/<name>.skel.rs`), and generates
+//! `$OUT_DIR/abi.rs` (constants and counters) from `bpf/inkcache_common.h` by building and running
+//! `src/abi_gen.c` on the host.
+use std::{env, path::PathBuf, process::Command};
 
 use libbpf_cargo::SkeletonBuilder;
 
@@ -33,8 +35,32 @@ fn main() {
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
     }
+    generate_abi(&root, &out, arch);
     println!("cargo:rerun-if-changed={}", root.display());
     for entry in std::fs::read_dir(&root).unwrap() {
         println!("cargo:rerun-if-changed={}", entry.unwrap().path().display());
     }
+}
+
+/// Builds src/abi_gen.c with the host C compiler (`$CC`, else `cc`) against the shared header and
+/// writes what it prints to `$OUT_DIR/abi.rs`.
+fn generate_abi(root: &std::path::Path, out: &std::path::Path, arch: &str) {
+    let src = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("src/abi_gen.c");
+    let exe = out.join("abi_gen");
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .arg(format!("-I/usr/include/{arch}"))
+        .arg(format!("-I{}", root.display()))
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("running {cc} for {}: {e}", src.display()));
+    assert!(status.success(), "building {} failed", src.display());
+    let gen = Command::new(&exe)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()));
+    assert!(gen.status.success(), "{} failed", exe.display());
+    std::fs::write(out.join("abi.rs"), gen.stdout).expect("writing abi.rs");
+    println!("cargo:rerun-if-changed={}", src.display());
 }

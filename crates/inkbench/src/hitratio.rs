@@ -8,7 +8,7 @@
 //! the warm-up counts: the hit ratio is hits / requests over the measured window.
 //!
 //! - **kernel**: [`inkcache::layout::model::Table`], the set-associative index and item log of
-//!   `bpf/cache.h` with the `--cache-mb` split of [`Layout::for_bytes`].
+//!   `bpf/table.h` with the `--cache-mb` split of [`Layout::for_bytes`].
 //! - **direct**: the table before it: `slots` entries of [`ENTRY_BYTES`], `slots` the largest
 //!   power of two with `slots * ENTRY_BYTES <= budget` (at least 16, as `slots_for` had it), a
 //!   key in slot `hash & (slots - 1)`, a fill replacing whatever the slot held.
@@ -37,7 +37,7 @@ use crate::workload::key_name;
 use crate::zipf::Zipf;
 
 /// Largest item the kernel stores and sends in one datagram (`ITEM_MAX`).
-pub const ITEM_MAX: u32 = inkcache::skel::ITEM_MAX as u32;
+pub const ITEM_MAX: u32 = inkcache::abi::ITEM_MAX as u32;
 /// Bytes of one slot of the direct-mapped table (`struct ink_entry` before the item log: lock 4,
 /// len 4, hash 8, filled 8, stable 8, expire 8, key_len 2, flags 2, pad 4, item 1392).
 pub const ENTRY_BYTES: u64 = 1440;

@@ -35,7 +35,7 @@ enum Cmd {
     #[command(subcommand)]
     Scenario(ScenarioCmd),
     /// Cache hit ratio, simulated on one Zipf trace: the kernel table (8-way index + item log,
-    /// as bpf/cache.h), the direct-mapped table it replaced and an ideal LRU, same memory each.
+    /// as bpf/table.h), the direct-mapped table it replaced and an ideal LRU, same memory each.
     /// With --preload ADDR: set every key of the mix over TCP instead (for a kernel measurement).
     Hitratio(HitRatioArgs),
 }

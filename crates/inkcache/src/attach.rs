@@ -15,9 +15,9 @@ use libbpf_rs::{
 };
 
 use crate::{
+    abi::{ITEM_CAP, ITEM_MAX},
     pins::{self, AttachInfo},
-    skel::{self, ITEM_MAX},
-    sys, Error, Layout,
+    skel, sys, Error, Layout,
 };
 
 /// TC filter handle and priority of the egress and the ingress program (what detach looks for).
@@ -188,32 +188,172 @@ struct Target {
     dir: PathBuf,
 }
 
+impl AttachOpts {
+    /// Refuses options out of range, with the one-line message the CLI prints.
+    pub fn validate(&self) -> Result<()> {
+        if self.ifaces.len() > pins::MAX_GROUP {
+            return Err(Error::Usage(format!(
+                "at most {} interfaces in one attach",
+                pins::MAX_GROUP
+            ))
+            .into());
+        }
+        if self.ports.is_empty() || self.ports.contains(&0) {
+            return Err(Error::Usage("port out of range: ports are 1-65535".into()).into());
+        }
+        if self.cache_mb == 0 || self.cache_mb > crate::layout::CACHE_MB_MAX {
+            return Err(Error::Usage(format!(
+                "--cache-mb must be 1-{}",
+                crate::layout::CACHE_MB_MAX
+            ))
+            .into());
+        }
+        if !(16..=ITEM_CAP as u32).contains(&self.item_bytes) {
+            return Err(Error::Usage(format!("--item-bytes must be 16-{ITEM_CAP}")).into());
+        }
+        Ok(())
+    }
+}
+
+/// Storage for the four objects of an attachment (the skeletons borrow it while they live).
+pub struct ObjStorage {
+    xdp: MaybeUninit<OpenObject>,
+    tc: MaybeUninit<OpenObject>,
+    tc_ingress: MaybeUninit<OpenObject>,
+    sock: MaybeUninit<OpenObject>,
+}
+
+impl Default for ObjStorage {
+    fn default() -> Self {
+        ObjStorage {
+            xdp: MaybeUninit::uninit(),
+            tc: MaybeUninit::uninit(),
+            tc_ingress: MaybeUninit::uninit(),
+            sock: MaybeUninit::uninit(),
+        }
+    }
+}
+
+/// The programs of one attachment, loaded and configured but attached nowhere: every object works
+/// on the XDP object's maps (one cache). `attach` hooks them to interfaces; the eBPF unit tests
+/// run them on crafted packets (`BPF_PROG_TEST_RUN`).
+pub struct Loaded<'obj> {
+    pub xdp: skel::xdp::InkcacheXdpSkel<'obj>,
+    pub tc_egress: skel::tc::InkcacheTcSkel<'obj>,
+    pub tc_ingress: skel::tc_ingress::InkcacheTcIngressSkel<'obj>,
+    pub sock: skel::sock::InkcacheSockSkel<'obj>,
+    pub layout: Layout,
+}
+
+/// Loads and configures the programs for `opts` (which `validate` accepted): the constants of
+/// bpf/config.h, the map sizes, the clock offset, the ports and the allowlist `allow`.
+pub fn load<'obj>(
+    opts: &AttachOpts,
+    allow: &[IpNet],
+    st: &'obj mut ObjStorage,
+) -> Result<Loaded<'obj>> {
+    let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
+    // Every object compiles bpf/config.h (each has its own generated rodata type, hence a macro).
+    macro_rules! set_config {
+        ($open:ident, $what:literal) => {{
+            let ro = $open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .context(concat!($what, " object has no rodata"))?;
+            ro.n_sets = layout.sets;
+            ro.n_segs = layout.segs;
+            ro.max_age_ns = opts.max_age_secs.saturating_mul(1_000_000_000);
+            ro.invalidation_off = opts.debug_no_invalidation as u32;
+            ro.settle_off = opts.debug_quarantine_only as u32;
+            ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
+            ro.settle_max_ns = opts.settle_max_secs.saturating_mul(1_000_000_000);
+            ro.max_amplification = opts.max_amplification;
+            ro.no_split = opts.debug_no_split as u32;
+            ro.coop_mode = opts.cooperative as u32;
+        }};
+    }
+
+    let mut xopen = skel::xdp::InkcacheXdpSkelBuilder::default()
+        .open(&mut st.xdp)
+        .context("opening the XDP object")?;
+    set_config!(xopen, "XDP");
+    let m = &mut xopen.maps;
+    m.sets.set_max_entries(layout.sets)?;
+    m.arena.set_max_entries(layout.segs)?;
+    m.ttl_hints.set_max_entries(opts.ttl_hints.max(1024))?;
+    m.pending.set_max_entries(opts.pending_entries.max(1024))?;
+    m.conns.set_max_entries(opts.max_conns.max(16))?;
+    m.udp_writes
+        .set_max_entries(opts.pending_entries.max(1024))?;
+    let xdp = xopen.load().map_err(|e| load_err("XDP", e))?;
+
+    let mut topen = skel::tc::InkcacheTcSkelBuilder::default()
+        .open(&mut st.tc)
+        .context("opening the TC object")?;
+    set_config!(topen, "TC");
+    share_maps(xdp.object(), topen.open_object_mut(), &[])?;
+    let tc_egress = topen.load().map_err(|e| load_err("TC", e))?;
+
+    let mut iopen = skel::tc_ingress::InkcacheTcIngressSkelBuilder::default()
+        .open(&mut st.tc_ingress)
+        .context("opening the TC ingress object")?;
+    set_config!(iopen, "TC ingress");
+    share_maps(xdp.object(), iopen.open_object_mut(), &[])?;
+    let tc_ingress = iopen.load().map_err(|e| load_err("TC ingress", e))?;
+
+    let mut sopen = skel::sock::InkcacheSockSkelBuilder::default()
+        .open(&mut st.sock)
+        .context("opening the socket-hook object")?;
+    set_config!(sopen, "socket-hook");
+    sopen
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("socket-hook object has no rodata")?
+        .netns_cookie = sys::netns_cookie().unwrap_or(0);
+    share_maps(xdp.object(), sopen.open_object_mut(), &["server_socks"])?;
+    let sock = sopen.load().map_err(|e| load_err("socket-hook", e))?;
+
+    // Absolute exptimes are unix times; the programs keep time with CLOCK_MONOTONIC.
+    {
+        use nix::time::{clock_gettime, ClockId};
+        let rt = clock_gettime(ClockId::CLOCK_REALTIME)?;
+        let mono = clock_gettime(ClockId::CLOCK_MONOTONIC)?;
+        let ns =
+            |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
+        let g = skel::xdp::types::ink_global {
+            realtime_off_ns: (ns(rt) - ns(mono)) as i64,
+            ..Default::default()
+        };
+        xdp.maps
+            .global
+            .update(&0u32.to_ne_bytes(), crate::abi::bytes_of(&g), MapFlags::ANY)?;
+    }
+    for p in &opts.ports {
+        xdp.maps
+            .ports
+            .update(&p.to_ne_bytes(), &[1], MapFlags::ANY)?;
+    }
+    for net in allow {
+        xdp.maps.allow.update(&lpm_key(net), &[1], MapFlags::ANY)?;
+    }
+    Ok(Loaded {
+        xdp,
+        tc_egress,
+        tc_ingress,
+        sock,
+        layout,
+    })
+}
+
 /// Loads the programs once and attaches them to every interface of `opts`; the interfaces share
 /// one cache. On failure nothing stays attached or pinned.
 pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     sys::require_root()?;
-    if opts.ifaces.len() > pins::MAX_GROUP {
-        return Err(Error::Usage(format!(
-            "at most {} interfaces in one attach",
-            pins::MAX_GROUP
-        ))
-        .into());
-    }
+    opts.validate()?;
     if opts.ifaces.is_empty() {
         return Err(Error::Usage("no interface given (--iface)".into()).into());
-    }
-    if opts.ports.is_empty() || opts.ports.contains(&0) {
-        return Err(Error::Usage("port out of range: ports are 1-65535".into()).into());
-    }
-    if opts.cache_mb == 0 || opts.cache_mb > crate::layout::CACHE_MB_MAX {
-        return Err(Error::Usage(format!(
-            "--cache-mb must be 1-{}",
-            crate::layout::CACHE_MB_MAX
-        ))
-        .into());
-    }
-    if !(16..=1392).contains(&opts.item_bytes) {
-        return Err(Error::Usage("--item-bytes must be 16-1392".into()).into());
     }
     let mut targets = Vec::new();
     for iface in &opts.ifaces {
@@ -230,110 +370,33 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     }
     sys::ensure_bpffs()?;
     check_kernel()?;
-
-    let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
-    let max_age_ns = opts.max_age_secs.saturating_mul(1_000_000_000);
-    // The constants of bpf/cache.h, which the XDP and TC objects both compile (each has its own
-    // generated rodata type, hence a macro).
-    macro_rules! rodata {
-        ($open:ident, $what:literal) => {
-            $open
-                .maps
-                .rodata_data
-                .as_deref_mut()
-                .context(concat!($what, " object has no rodata"))?
-        };
+    let mut allow = opts.allow.clone();
+    if allow.is_empty() {
+        for t in &targets {
+            allow.extend(sys::connected_subnets(&t.iface)?);
+        }
     }
-    macro_rules! set_cache_rodata {
-        ($open:ident, $what:literal) => {{
-            let ro = rodata!($open, $what);
-            ro.n_sets = layout.sets;
-            ro.n_segs = layout.segs;
-            ro.max_age_ns = max_age_ns;
-            ro.invalidation_off = opts.debug_no_invalidation as u32;
-            ro.settle_off = opts.debug_quarantine_only as u32;
-            ro.quarantine_ns = opts.quarantine_ms.saturating_mul(1_000_000);
-            ro.settle_max_ns = opts.settle_max_secs.saturating_mul(1_000_000_000);
-            ro.coop_mode = opts.cooperative as u32;
-        }};
-    }
-    // The constants of bpf/reply.h, which the XDP and TC ingress objects both compile.
-    macro_rules! set_reply_rodata {
-        ($open:ident, $what:literal) => {{
-            let ro = rodata!($open, $what);
-            ro.max_amplification = opts.max_amplification;
-            ro.no_split = opts.debug_no_split as u32;
-        }};
-    }
+    let mut storage = ObjStorage::default();
+    let loaded = load(opts, &allow, &mut storage)?;
 
-    let mut xobj = MaybeUninit::uninit();
-    let mut xopen = skel::xdp::InkcacheXdpSkelBuilder::default()
-        .open(&mut xobj)
-        .context("opening the XDP object")?;
-    set_cache_rodata!(xopen, "XDP");
-    set_reply_rodata!(xopen, "XDP");
-    xopen.maps.sets.set_max_entries(layout.sets)?;
-    xopen.maps.arena.set_max_entries(layout.segs)?;
-    xopen
-        .maps
-        .ttl_hints
-        .set_max_entries(opts.ttl_hints.max(1024))?;
-    xopen
-        .maps
-        .pending
-        .set_max_entries(opts.pending_entries.max(1024))?;
-    xopen.maps.conns.set_max_entries(opts.max_conns.max(16))?;
-    xopen
-        .maps
-        .udp_writes
-        .set_max_entries(opts.pending_entries.max(1024))?;
-    let xskel = xopen.load().map_err(|e| load_err("XDP", e))?;
-
-    let mut tobj = MaybeUninit::uninit();
-    let mut topen = skel::tc::InkcacheTcSkelBuilder::default()
-        .open(&mut tobj)
-        .context("opening the TC object")?;
-    set_cache_rodata!(topen, "TC");
-    share_maps(xskel.object(), topen.open_object_mut(), &[])?;
-    let tskel = topen.load().map_err(|e| load_err("TC", e))?;
-
-    let mut iobj = MaybeUninit::uninit();
-    let mut iopen = skel::tc_ingress::InkcacheTcIngressSkelBuilder::default()
-        .open(&mut iobj)
-        .context("opening the TC ingress object")?;
-    set_cache_rodata!(iopen, "TC ingress");
-    set_reply_rodata!(iopen, "TC ingress");
-    share_maps(xskel.object(), iopen.open_object_mut(), &[])?;
-    let iskel = iopen.load().map_err(|e| load_err("TC ingress", e))?;
-
-    let mut sobj = MaybeUninit::uninit();
-    let mut sopen = skel::sock::InkcacheSockSkelBuilder::default()
-        .open(&mut sobj)
-        .context("opening the socket-hook object")?;
-    {
-        let ro = rodata!(sopen, "socket-hook");
-        ro.netns_cookie = sys::netns_cookie().unwrap_or(0);
-        ro.invalidation_off = opts.debug_no_invalidation as u32;
-    }
-    share_maps(xskel.object(), sopen.open_object_mut(), &["server_socks"])?;
-    let sskel = sopen.load().map_err(|e| load_err("socket-hook", e))?;
     // The server (re)starting or stopping empties the cache: hooks on the root cgroup v2 see every
     // bind and release on the host; the programs keep to the server's namespace and ports.
     let cgroup = sys::cgroup2_root()?;
     let cg = std::fs::File::open(&cgroup)
         .with_context(|| format!("opening cgroup {}", cgroup.display()))?;
+    let sp = &loaded.sock.progs;
     let links = [
         (
             "link_bind4",
-            sskel.progs.inkcache_bind4.attach_cgroup(cg.as_raw_fd()),
+            sp.inkcache_bind4.attach_cgroup(cg.as_raw_fd()),
         ),
         (
             "link_bind6",
-            sskel.progs.inkcache_bind6.attach_cgroup(cg.as_raw_fd()),
+            sp.inkcache_bind6.attach_cgroup(cg.as_raw_fd()),
         ),
         (
             "link_release",
-            sskel.progs.inkcache_release.attach_cgroup(cg.as_raw_fd()),
+            sp.inkcache_release.attach_cgroup(cg.as_raw_fd()),
         ),
     ];
     let mut cg_links = Vec::new();
@@ -346,50 +409,24 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         cg_links.push((name, l));
     }
 
-    // Absolute exptimes are unix times; the programs keep time with CLOCK_MONOTONIC.
-    {
-        use nix::time::{clock_gettime, ClockId};
-        let rt = clock_gettime(ClockId::CLOCK_REALTIME)?;
-        let mono = clock_gettime(ClockId::CLOCK_MONOTONIC)?;
-        let ns =
-            |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
-        let off = (ns(rt) - ns(mono)) as i64;
-        let mut g = vec![0u8; xskel.maps.global.value_size() as usize];
-        g[16..24].copy_from_slice(&off.to_ne_bytes()); // struct ink_global.realtime_off_ns
-        xskel
-            .maps
-            .global
-            .update(&0u32.to_ne_bytes(), &g, MapFlags::ANY)?;
-    }
-
-    for p in &opts.ports {
-        xskel
-            .maps
-            .ports
-            .update(&p.to_ne_bytes(), &[1], MapFlags::ANY)?;
-    }
-    let mut allow = opts.allow.clone();
-    if allow.is_empty() {
-        for t in &targets {
-            allow.extend(sys::connected_subnets(&t.iface)?);
-        }
-    }
-    for net in &allow {
-        xskel
-            .maps
-            .allow
-            .update(&lpm_key(net), &[1], MapFlags::ANY)?;
-    }
-
     let group: Vec<String> = targets.iter().map(|t| t.iface.clone()).collect();
     let mut done: Vec<AttachInfo> = Vec::new();
     for t in &targets {
         let progs = Progs {
-            xdp: &xskel.progs.inkcache_xdp,
-            tc_egress: &tskel.progs.inkcache_tc_egress,
-            tc_ingress: &iskel.progs.inkcache_tc_ingress,
+            xdp: &loaded.xdp.progs.inkcache_xdp,
+            tc_egress: &loaded.tc_egress.progs.inkcache_tc_egress,
+            tc_ingress: &loaded.tc_ingress.progs.inkcache_tc_ingress,
         };
-        let r = attach_one(opts, t, &xskel, &progs, &cg_links, layout, &allow, &group);
+        let r = attach_one(
+            opts,
+            t,
+            &loaded.xdp,
+            &progs,
+            &cg_links,
+            loaded.layout,
+            &allow,
+            &group,
+        );
         match r {
             Ok(info) => done.push(info),
             Err(e) => {

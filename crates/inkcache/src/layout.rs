@@ -11,13 +11,13 @@ use crate::skel::xdp::types::{ink_seg, ink_set};
 pub mod model;
 
 /// Ways per index set (`WAYS`).
-pub const WAYS: u32 = 8;
+pub const WAYS: u32 = crate::abi::WAYS as u32;
 /// Bytes of one index set (`struct ink_set`).
 pub const SET_BYTES: u32 = std::mem::size_of::<ink_set>() as u32;
 /// Bytes of one arena map value (`struct ink_seg`); `SEG_BYTES` of it hold items.
 pub const SEG_VALUE_BYTES: u32 = std::mem::size_of::<ink_seg>() as u32;
 /// Item bytes per arena segment (`SEG_BYTES`).
-pub const SEG_BYTES: u32 = 65536;
+pub const SEG_BYTES: u32 = crate::abi::SEG_BYTES as u32;
 /// Largest cache: arena positions are kept in 32 bits of 16-byte units, compared modulo 2^32.
 pub const CACHE_MB_MAX: u32 = 16384;
 /// Default expected average item size (`VALUE <key> <flags> <bytes>\r\n<data>\r\n`).
@@ -43,7 +43,9 @@ impl Layout {
     /// bytes on average, as [`Layout::for_budget`] splits whole MiB. A budget too small for the
     /// minimum layout (16 sets, 2 segments) gets the minimum layout, which exceeds it.
     pub fn for_bytes(budget: u64, item_bytes: u32) -> Layout {
-        let per_item = item_bytes.clamp(16, 1392).next_multiple_of(16) as u64;
+        let per_item = item_bytes
+            .clamp(16, crate::abi::ITEM_CAP as u32)
+            .next_multiple_of(16) as u64;
         let way_bytes = (SET_BYTES / WAYS) as u64;
         let items = budget / (per_item + way_bytes);
         let sets = (items.div_ceil(WAYS as u64)).max(16);

@@ -2,6 +2,7 @@
 //! under `/sys/fs/bpf/inkcache/<iface>/` so the data path outlives the CLI, and reads it back for
 //! `stats`, `status` and `detach`.
 
+pub mod abi;
 pub mod attach;
 pub mod coop;
 pub mod error;

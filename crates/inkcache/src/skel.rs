@@ -24,6 +24,3 @@ pub mod coop {
 pub mod pass {
     include!(concat!(env!("OUT_DIR"), "/inkcache_pass.skel.rs"));
 }
-
-/// Largest item (`VALUE <key> <flags> <bytes>\r\n<data>\r\n`) the kernel stores.
-pub const ITEM_MAX: usize = 1400 - 8 - 5;

@@ -1,7 +1,7 @@
-//! A model of the kernel table (`bpf/cache.h`) for simulations: the same index and log, driven
+//! A model of the kernel table (`bpf/table.h`) for simulations: the same index and log, driven
 //! one request at a time (no concurrency, no clock).
 //!
-//! What it reproduces, step by step as `cache.h` does it:
+//! What it reproduces, step by step as `table.h` does it:
 //! - a key's set is `((hash >> 32) * sets) >> 32`, its tag the low 32 bits of the hash (0 -> 1);
 //!   a way matches on tag and key length, and the first matching way decides (the key is then
 //!   compared in full: another key in that way is a miss);
@@ -20,7 +20,7 @@
 //! cannot take), and concurrency (several fills racing for the head, a fill arriving after
 //! further requests for its key).
 use super::{Layout, SEG_BYTES, WAYS};
-use crate::skel::ITEM_MAX;
+use crate::abi::ITEM_MAX;
 
 /// Log units (16 bytes) per segment (`SEG_UNITS`).
 pub const SEG_UNITS: u64 = SEG_BYTES as u64 / 16;
@@ -93,7 +93,7 @@ pub struct Table {
     pub counters: Counters,
 }
 
-/// `tag_of` in cache.h.
+/// `tag_of` in table.h.
 pub fn tag_of(hash: u64) -> u32 {
     match hash as u32 {
         0 => 1,
@@ -101,7 +101,7 @@ pub fn tag_of(hash: u64) -> u32 {
     }
 }
 
-/// `set_for` in cache.h: the high half of the hash scaled to the set count.
+/// `set_for` in table.h: the high half of the hash scaled to the set count.
 pub fn set_of(hash: u64, sets: u32) -> usize {
     (((hash >> 32) * sets as u64) >> 32) as usize
 }
@@ -353,7 +353,7 @@ mod tests {
             i += 1;
         }
         assert_eq!(t.head(), 8192);
-        // head - pos == arena: not lapped (cache.h tests `>`), and it is in the oldest quarter
+        // head - pos == arena: not lapped (table.h tests `>`), and it is in the oldest quarter
         assert_eq!(t.lookup(&a), Lookup::HitPromoted);
         assert_eq!(t.counters.promoted, 1);
         let b = key(9999, 0, 64, 2, 64);

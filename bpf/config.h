@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Constants the control plane sets before load (the .rodata of every object that includes this
+ * header; `inkcache attach` sets them all from its options in one place). */
+#ifndef INKCACHE_CONFIG_H
+#define INKCACHE_CONFIG_H
+
+#include <linux/types.h>
+
+/* Set by the control plane before load. */
+const volatile __u32 n_sets = 1024;             /* entries of the sets map */
+const volatile __u32 n_segs = 16;               /* entries of the arena map */
+const volatile __u64 max_age_ns = 60ULL * 1000000000ULL; /* oldest fill the kernel serves */
+const volatile __u32 invalidation_off = 0;      /* debug: for the consistency checker */
+const volatile __u32 settle_off = 0;            /* debug: every write uses the quarantine */
+/* A write the server will not answer (noreply, UDP, a connection not followed) keeps its set
+ * unfillable this long after it arrives, covering the time the server takes to apply it. */
+const volatile __u64 quarantine_ns = 1000000000ULL;
+/* A write the server has not answered after this long no longer blocks fills (its connection
+ * state was lost, or the server is stuck). */
+const volatile __u64 settle_max_ns = 60000000000ULL;
+/* Cooperative mode: the server installs and invalidates (inkcache_coop.bpf.c); XDP walks no
+ * mutations and TC egress fills nothing. */
+const volatile __u32 coop_mode = 0;
+
+/* Set by the control plane before load (--max-amplification): a source outside the allowlist is
+ * answered by the kernel only if the reply's UDP payload is at most this many times the
+ * request's; 0: such sources are never answered by the kernel. */
+const volatile __u32 max_amplification = 0;
+
+const volatile __u32 no_split = 0; /* debug: partly missing multi-key gets pass whole */
+
+#endif

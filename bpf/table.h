@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The cache table: an item log (the arena) found through a set-associative index (layout in
+ * inkcache_common.h). Lookup, fill, and the log's reservation and promotion.
+ *
+ * A fill reserves room at the log head with an atomic add, writes the item there without a lock,
+ * then takes its set's lock to publish it in a way. A lookup takes the set's lock only to read the
+ * way, copies the item out without a lock, and then checks that no fill has reserved the item's
+ * bytes since (the head has not moved a whole arena past it): the copy is then the item as
+ * published. The key is compared in full on the copy.
+ *
+ * Each set also carries its coherence state (written by coherence.h): when a key of it was last
+ * written (stable_since) and how many writes the server has not answered yet (open). A reply may
+ * fill a set only if its request arrived after the set became stable (fill_allowed), so a reply
+ * computed before a write can never be installed after the write's invalidation. */
+#ifndef INKCACHE_TABLE_H
+#define INKCACHE_TABLE_H
+
+#include "inkcache_common.h"
+#include "config.h"
+#include "maps.h"
+#include "scratch.h"
+#include "proto.h"
+
+#define NS_PER_SEC 1000000000LL
+
+
+/* table_lookup modes (its want_cas argument) */
+#define LKM_CAS   1        /* gets form, only if the CAS is known */
+#define LKM_STAGE 2        /* the item as stored (CAS included), for a caller that composes;
+			    * `limit` bounds out_off + the item's length */
+
+/* table_lookup results */
+#define LK_MISS     -1
+#define LK_FULL     -2     /* the reply would exceed the caller's limit (scratch.need: how far) */
+#define LK_EXPIRED  -3
+
+static __always_inline __u32 tag_of(__u64 h)
+{
+	__u32 t = (__u32)h;
+	return t ? t : 1;
+}
+
+/* The key's set: the high half of the hash scaled to n_sets (no division, any set count). */
+static __always_inline struct ink_set *set_for(__u64 h)
+{
+	__u32 idx = (__u32)(((h >> 32) * (__u64)n_sets) >> 32);
+	return bpf_map_lookup_elem(&sets, &idx);
+}
+
+static __always_inline __u64 arena_units(void)
+{
+	return (__u64)n_segs * SEG_UNITS;
+}
+
+/* The segment holding log position `pos` (16-byte units); *off gets the byte offset in it. */
+static __always_inline __u32 seg_index(__u64 pos, __u32 *off)
+{
+	*off = ((__u32)pos & (SEG_UNITS - 1)) * 16;
+	return (__u32)((pos / SEG_UNITS) % n_segs);
+}
+
+/* Copies between the scratch buffers and a segment, 16 bytes a step (the last step may touch up
+ * to 15 bytes past n, inside the scratch buffers' and the segment's slack). Global functions, so
+ * the verifier checks each loop once, whatever the callers. */
+#define COPY_FROM_BUF 0     /* scratch.buf -> segment */
+#define COPY_FROM_OUT 1     /* scratch.out -> segment */
+
+__noinline int copy_to_seg(__u32 segi, __u32 soff, __u32 src, __u32 n, __u32 from_out)
+{
+	struct scratch *s = get_scratch();
+	struct ink_seg *seg = bpf_map_lookup_elem(&arena, &segi);
+	__u32 at = soff & (SEG_BYTES - 1); /* a mask the verifier follows */
+	__u8 *base;
+
+	if (!s || !seg || n > ITEM_CAP)
+		return -1;
+	base = from_out ? s->out : s->buf;
+	for (__u32 c = 0; c < ITEM_CAP / 16; c++) {
+		__u32 o = c * 16, from = (src + o) & BUF_MASK, to = at + o;
+		if (o >= n)
+			break;
+		barrier_var(from);
+		STORE64(&seg->b[to], LOAD64(&base[from]));
+		STORE64(&seg->b[to + 8], LOAD64(&base[from + 8]));
+	}
+	return 0;
+}
+
+/* Copies n bytes at byte soff + skip (skip < 512) of segment `segi` to scratch.out at `dst`. */
+__noinline int copy_to_out(__u32 segi, __u32 soff, __u32 skip, __u32 dst, __u32 n)
+{
+	struct scratch *s = get_scratch();
+	struct ink_seg *seg = bpf_map_lookup_elem(&arena, &segi);
+	__u32 base = (soff & (SEG_BYTES - 1)) + (skip & 511); /* masks the verifier follows */
+
+	if (!s || !seg || n > ITEM_CAP)
+		return -1;
+	for (__u32 c = 0; c < ITEM_CAP / 16; c++) {
+		__u32 o = c * 16, to = (dst + o) & OUT_MASK, from = base + o;
+		if (o >= n)
+			break;
+		barrier_var(to);
+		STORE64(&s->out[to], LOAD64(&seg->b[from]));
+		STORE64(&s->out[to + 8], LOAD64(&seg->b[from + 8]));
+	}
+	return 0;
+}
+
+/* Full log position of a way's 32-bit position, relative to the head. */
+static __always_inline __u64 full_pos(__u64 head, __u32 pos)
+{
+	return head - (__u32)((__u32)head - pos);
+}
+
+/* The head, read with a full barrier: every load before it (an item's bytes) is done first. */
+static __always_inline __u64 head_now(struct ink_global *g)
+{
+	return __sync_fetch_and_add(&g->head, 0);
+}
+
+/* Reserves `units` 16-byte units at the log head that do not cross a segment end (a crossing
+ * reservation is abandoned: its bytes stay unused until the log comes round). */
+static __always_inline int arena_reserve(struct ink_global *g, __u32 units, __u64 *pos)
+{
+	for (int i = 0; i < 3; i++) {
+		__u64 p = __sync_fetch_and_add(&g->head, units);
+		if ((p & (SEG_UNITS - 1)) + units <= SEG_UNITS) {
+			*pos = p;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* Whether a way holds nothing worth keeping at time `now` (log head `head`). */
+static __always_inline int way_stale(struct ink_way *x, __u64 now, __u64 head, __u64 flush)
+{
+	return x->tag == 0 || now >= x->expire_ns || x->filled_ns <= flush ||
+	       (__u32)((__u32)head - x->pos) > arena_units();
+}
+
+/* The way a new item for (tag, klen) takes: the key's own, else a stale one, else the one whose
+ * item is oldest in the log (first in, first out; hot items are moved to the head on hits). */
+static __always_inline __u32 pick_way(struct ink_set *set, __u32 tag, __u32 klen, __u64 now,
+				      __u64 head, __u64 flush)
+{
+	__u32 victim = 0, stale = WAYS, oldest = 0;
+
+	for (__u32 w = 0; w < WAYS; w++) {
+		struct ink_way *x = &set->way[w];
+		__u32 age = (__u32)head - x->pos;
+		if (x->tag == tag && x->key_len == klen)
+			return w;
+		if (stale == WAYS && way_stale(x, now, head, flush))
+			stale = w;
+		if (age > oldest) {
+			oldest = age;
+			victim = w;
+		}
+	}
+	return stale < WAYS ? stale : victim;
+}
+
+/* May a reply to a request that arrived at req_ts fill this set now? (set locked) */
+static __always_inline int fill_allowed(struct ink_set *set, struct ink_global *g, __u64 req_ts,
+					__u64 now)
+{
+	if (set->stable_since >= req_ts || g->flush_ns >= req_ts || now < g->fill_block_until)
+		return 0;
+	if (set->open && set->gen == (__u32)g->gen && now - set->open_since < settle_max_ns)
+		return 0;
+	if (g->flush_open > 0 && now - g->flush_open_since < settle_max_ns)
+		return 0;
+	return 1;
+}
+
+/* Eight bytes of scratch.out at pos. */
+static __always_inline __u64 out_word(struct scratch *s, __u32 pos)
+{
+	pos &= OUT_MASK;
+	barrier_var(pos);
+	return LOAD64(&s->out[pos]);
+}
+
+/* Writes scratch.out[src, src+len) at the log head and moves key (h, klen)'s way there if it
+ * still points at old_pos: an old item that is still read survives the log coming round. */
+__noinline int promote(__u64 h, __u32 klen, __u32 old_pos, __u32 src, __u32 len)
+{
+	struct scratch *s = get_scratch();
+	struct ink_global *g = global_state();
+	struct ink_set *set = set_for(h);
+	__u32 soff, tag = tag_of(h);
+	__u64 p;
+
+	if (!s || !g || !set || len == 0 || len > ITEM_CAP)
+		return -1;
+	if (arena_reserve(g, (len + 15) / 16, &p))
+		return -1;
+	if (copy_to_seg(seg_index(p, &soff), soff, src, len, COPY_FROM_OUT))
+		return -1;
+	bpf_spin_lock(&set->lock);
+	for (__u32 w = 0; w < WAYS; w++) {
+		struct ink_way *x = &set->way[w];
+		if (x->tag == tag && x->key_len == klen && x->pos == old_pos) {
+			x->pos = (__u32)p;
+			break;
+		}
+	}
+	bpf_spin_unlock(&set->lock);
+	stat_inc(ST_PROMOTED);
+	return 0;
+}
+
+/* Appends key k's item to scratch.out at out_off: in `get` form (without the CAS), or with
+ * want_cas in `gets` form (only if its CAS is known). Returns the bytes appended, or LK_*;
+ * LK_FULL (nothing copied) if the reply would then be longer than `limit` with "END\r\n" added. */
+__noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, __u32 limit)
+{
+	struct scratch *s = get_scratch();
+	struct ink_global *g = global_state();
+	struct ink_set *set;
+	__u32 koff, klen, tag, pos = 0, len = 0, hdr = 0, cas = 0, first, out_len, soff, segi;
+	__u64 h, flush, head, p;
+	int ret = LK_MISS, found = 0;
+
+	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
+		return LK_MISS;
+	koff = s->koff[k & 31];
+	klen = s->klen[k & 31];
+	if (klen == 0 || klen > KEY_MAX)
+		return LK_MISS;
+	h = key_hash(koff, klen);
+	set = set_for(h);
+	if (!set)
+		return LK_MISS;
+	tag = tag_of(h);
+	flush = g->flush_ns;
+
+	bpf_spin_lock(&set->lock);
+	for (__u32 w = 0; w < WAYS; w++) {
+		struct ink_way *x = &set->way[w];
+		if (x->tag != tag || x->key_len != klen)
+			continue;
+		if (x->len == 0 || x->filled_ns <= flush)
+			break;
+		if (now >= x->expire_ns) {
+			ret = LK_EXPIRED;
+			break;
+		}
+		if ((want_cas & LKM_CAS) && !x->cas_len)
+			break;
+		s->lk.exp = x->expire_ns;
+		pos = x->pos;
+		len = x->len;
+		hdr = x->hdr_len;
+		cas = x->cas_len;
+		found = 1;
+		break;
+	}
+	bpf_spin_unlock(&set->lock);
+	if (!found)
+		return ret;
+
+	if (len > ITEM_CAP || hdr < klen + 12 + cas || hdr > len)
+		return LK_MISS;
+	/* get form: the VALUE line without " <cas>", then the data */
+	first = (want_cas || !cas) ? len : hdr - 2 - cas;
+	out_len = (want_cas || !cas) ? len : len - cas;
+	if (want_cas & LKM_STAGE) {
+		if (out_off + len > limit || out_off + len > OUT_LEN - 32)
+			return LK_FULL;
+	} else if (out_off + out_len + 5 > limit || out_off + out_len + 5 > DGRAM_MAX) {
+		s->need = out_off + out_len + 5;
+		return LK_FULL;
+	}
+	s->lk.hdr = hdr;
+	s->lk.cas = cas;
+	head = g->head;
+	p = full_pos(head, pos);
+	segi = seg_index(p, &soff);
+	if (copy_to_out(segi, soff, 0, out_off, first))
+		return LK_MISS;
+	if (first < len && copy_to_out(segi, soff, hdr - 2, out_off + first, len - (hdr - 2)))
+		return LK_MISS;
+
+	/* the key, 8 bytes at a time, against the copy ("VALUE " is 6 bytes) */
+	for (__u32 i = 0; i < 32; i++) {
+		__u32 o = i * 8;
+		if (o >= klen)
+			break;
+		if (low_bytes(out_word(s, out_off + 6 + o) ^ word_at(s, koff + o), klen - o))
+			return LK_MISS;
+	}
+	if ((out_word(s, out_off + 6 + klen) & 0xff) != ' ')
+		return LK_MISS;
+	/* nothing reserved the item's bytes while we copied them */
+	head = head_now(g);
+	if (head - p > arena_units())
+		return LK_MISS;
+	/* an item about to be overwritten that is still read moves to the head (approximates LRU) */
+	if (head - p > arena_units() / 4 * 3 && first == len)
+		promote(h, klen, pos, out_off, len);
+	return out_len;
+}
+
+/* Installs the item at scratch.buf[fa.off, +fa.len) for key hash fa.h if the set allows it (see
+ * fill_allowed). Returns 1 if installed, 0 if not. */
+__noinline int table_fill(void)
+{
+	struct scratch *s = get_scratch();
+	struct ink_global *g = global_state();
+	struct ink_set *set;
+	__u32 tag, soff, len, off, w, ok;
+	__u64 now, p, head;
+
+	if (!s || !g)
+		return 0;
+	len = s->fa.len;
+	off = s->fa.off;
+	if (len == 0 || len > ITEM_CAP || s->fa.klen == 0 || s->fa.klen > KEY_MAX)
+		return 0;
+	set = set_for(s->fa.h);
+	if (!set)
+		return 0;
+	tag = tag_of(s->fa.h);
+	now = bpf_ktime_get_ns();
+	/* cheap refusal before taking room in the log */
+	bpf_spin_lock(&set->lock);
+	ok = fill_allowed(set, g, s->fa.req_ts, now);
+	bpf_spin_unlock(&set->lock);
+	if (!ok)
+		return 0;
+	if (arena_reserve(g, (len + 15) / 16, &p))
+		return 0;
+	if (copy_to_seg(seg_index(p, &soff), soff, off, len, COPY_FROM_BUF))
+		return 0;
+	head = g->head;
+	bpf_spin_lock(&set->lock);
+	ok = fill_allowed(set, g, s->fa.req_ts, now); /* a write may have come meanwhile */
+	if (ok) {
+		w = pick_way(set, tag, s->fa.klen, now, head, g->flush_ns);
+		if (w < WAYS) {
+			struct ink_way *x = &set->way[w];
+			x->tag = tag;
+			x->pos = (__u32)p;
+			x->expire_ns = s->fa.exp;
+			x->filled_ns = now;
+			x->len = len;
+			x->hdr_len = s->fa.hdr;
+			x->key_len = s->fa.klen;
+			x->cas_len = s->fa.cas;
+		}
+	}
+	bpf_spin_unlock(&set->lock);
+	return ok;
+}
+
+static __always_inline __u32 set_index(__u64 h)
+{
+	return (__u32)(((h >> 32) * (__u64)n_sets) >> 32);
+}
+
+#endif

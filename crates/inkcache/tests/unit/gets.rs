@@ -1,0 +1,338 @@
+//! UDP gets answered in XDP: the reply bytes and headers, gets and CAS, multi-key gets, mg, and
+//! the requests that must pass to the server untouched.
+use super::packet::{mc_frame, vlan_ids};
+use super::*;
+
+#[test]
+fn a_miss_passes_and_the_reply_fills() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.assert_miss(&fl, "k1");
+    f.fill(&fl, "k1", 7, b"hello");
+    f.assert_hit(&fl, "k1", 7, b"hello");
+    let st = f.stats();
+    assert_eq!((st.hits, st.fills, st.misses), (1, 1, 2), "{st:?}");
+}
+
+#[test]
+fn ipv6_hit() {
+    let f = fx();
+    let fl = Flow::v6();
+    f.fill(&fl, "six", 0, b"v6 value");
+    f.assert_hit(&fl, "six", 0, b"v6 value");
+}
+
+#[test]
+fn vlan_tags_stay_on_the_reply() {
+    let f = fx();
+    f.fill(&Flow::v4(), "tagged", 1, b"in a vlan");
+    for tags in [&[42u16][..], &[100, 42]] {
+        let fl = Flow::v4().vlans(tags);
+        let id = next_id();
+        let r = f.xdp(&fl.udp(id, b"get tagged\r\n"));
+        assert_eq!(r.action, XDP_TX, "tags {tags:?}");
+        assert_eq!(vlan_ids(&r.data), tags);
+        assert_eq!(
+            reply_payload(&fl, id, &r.data),
+            value_reply("tagged", 1, b"in a vlan")
+        );
+    }
+}
+
+#[test]
+fn binary_values_and_extreme_flags_are_byte_identical() {
+    let f = fx();
+    let fl = Flow::v4();
+    let v: Vec<u8> = (0..=255u8).collect();
+    f.fill(&fl, "bin", u32::MAX, &v);
+    f.assert_hit(&fl, "bin", u32::MAX, &v);
+    let crlf = b"a\r\nEND\r\nVALUE x 0 1\r\n".to_vec();
+    f.fill(&fl, "crlf", 0, &crlf);
+    f.assert_hit(&fl, "crlf", 0, &crlf);
+    f.fill(&fl, "empty", 3, b"");
+    f.assert_hit(&fl, "empty", 3, b"");
+}
+
+#[test]
+fn longest_key_and_largest_item_that_fits() {
+    let f = fx();
+    let fl = Flow::v4();
+    let key = "k".repeat(250);
+    f.fill(&fl, &key, 0, b"long key");
+    f.assert_hit(&fl, &key, 0, b"long key");
+    // the largest item one datagram holds: "VALUE big 0 N\r\n" + N + "\r\n" + "END\r\n" = 1392
+    let n = 1392 - "VALUE big 0 1000\r\n\r\nEND\r\n".len();
+    let v = vec![b'v'; n];
+    f.fill(&fl, "big", 0, &v);
+    // the test frame has room to grow: XDP answers it whole
+    f.assert_hit(&fl, "big", 0, &v);
+}
+
+#[test]
+fn an_item_over_one_datagram_is_not_filled() {
+    let f = fx();
+    let fl = Flow::v4();
+    let v = vec![b'v'; 1400];
+    let ok = f.fill_with(&fl, "get huge\r\n", &value_reply("huge", 0, &v));
+    assert!(!ok, "a value over a datagram must not be installed");
+    f.assert_miss(&fl, "huge");
+}
+
+#[test]
+fn gets_is_answered_with_the_cas_and_get_without() {
+    let f = fx();
+    let fl = Flow::v4();
+    assert!(f.fill_with(&fl, "gets c1\r\n", b"VALUE c1 5 3 12345\r\nabc\r\nEND\r\n"));
+    let (a, p) = f.request(&fl, b"gets c1\r\n");
+    assert_eq!(a, XDP_TX);
+    assert_eq!(p.unwrap(), b"VALUE c1 5 3 12345\r\nabc\r\nEND\r\n");
+    f.assert_hit(&fl, "c1", 5, b"abc");
+}
+
+#[test]
+fn an_entry_filled_by_get_does_not_answer_gets() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, "nocas", 0, b"x");
+    let (a, _) = f.request(&fl, b"gets nocas\r\n");
+    assert_eq!(a, XDP_PASS, "the CAS is not known: memcached answers");
+}
+
+#[test]
+fn multi_key_gets_that_all_hit_are_one_reply() {
+    let f = fx();
+    let fl = Flow::v4();
+    for n in [2usize, 10, 24] {
+        let keys: Vec<String> = (0..n).map(|i| format!("m{n}_{i}")).collect();
+        for k in &keys {
+            f.fill(&fl, k, 0, k.as_bytes());
+        }
+        let (a, p) = f.request(&fl, format!("get {}\r\n", keys.join(" ")).as_bytes());
+        assert_eq!(a, XDP_TX, "{n} keys");
+        let mut want = Vec::new();
+        for k in &keys {
+            let r = value_reply(k, 0, k.as_bytes());
+            want.extend_from_slice(&r[..r.len() - 5]);
+        }
+        want.extend_from_slice(b"END\r\n");
+        assert_eq!(p.unwrap(), want, "{n} keys");
+    }
+}
+
+#[test]
+fn more_keys_than_the_kernel_answers_pass() {
+    let f = fx();
+    let fl = Flow::v4();
+    let keys: Vec<String> = (0..25).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        f.fill(&fl, k, 0, b"v");
+    }
+    let (a, _) = f.request(&fl, format!("get {}\r\n", keys.join(" ")).as_bytes());
+    assert_eq!(a, XDP_PASS);
+}
+
+#[test]
+fn a_partly_missing_multi_get_passes_for_the_split() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, "here", 0, b"1");
+    let id = next_id();
+    let frame = fl.udp(id, b"get here gone\r\n");
+    let r = f.xdp(&frame);
+    assert_eq!(r.action, XDP_PASS);
+    // the frame is untouched; the mark for TC ingress is in the metadata before it
+    assert_eq!(&r.data[..4], b"ikc2", "split mark");
+    assert_eq!(&r.data[4..], &frame[..]);
+}
+
+/// Requests not in the exact form the kernel answers pass to the server untouched, even when
+/// every key is cached.
+#[test]
+fn non_canonical_gets_pass_untouched() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, "k", 0, b"v");
+    for req in [
+        &b"get  k\r\n"[..],
+        b"get k \r\n",
+        b"get k\n",
+        b"get k",
+        b"get k\r\nget k\r\n",
+        b"GET k\r\n",
+        b"get k\r\n\0",
+        b"get \r\n",
+    ] {
+        let frame = fl.udp(next_id(), req);
+        let r = f.xdp(&frame);
+        assert_eq!(r.action, XDP_PASS, "{:?}", String::from_utf8_lossy(req));
+        assert_eq!(r.data, frame);
+    }
+}
+
+#[test]
+fn keys_memcached_would_refuse_or_treat_otherwise_pass() {
+    let f = fx();
+    let fl = Flow::v4();
+    for key in [
+        "k".repeat(251),
+        "nul\0key".to_string(),
+        "ctl\x01key".to_string(),
+        "caf\u{e9}".to_string(),
+        "del\x7f".to_string(),
+    ] {
+        let (a, _) = f.request(&fl, format!("get {key}\r\n").as_bytes());
+        assert_eq!(a, XDP_PASS, "{key:?}");
+    }
+}
+
+#[test]
+fn frames_memcached_refuses_pass_untouched() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, "k", 0, b"v");
+    for (seq, total) in [(1u16, 1u16), (0, 2), (1, 2), (0, 0)] {
+        let frame = fl.udp_raw(&mc_frame(next_id(), seq, total, b"get k\r\n"));
+        let r = f.xdp(&frame);
+        assert_eq!(r.action, XDP_PASS, "seq {seq} total {total}");
+        assert_eq!(r.data, frame);
+    }
+    for short in [&b""[..], b"\0\x01", b"\0\x01\0\0\0\x01\0"] {
+        let frame = fl.udp_raw(short);
+        let r = f.xdp(&frame);
+        assert_eq!(r.action, XDP_PASS);
+        assert_eq!(r.data, frame);
+    }
+}
+
+#[test]
+fn sources_outside_the_allowlist_are_refused() {
+    let f = fx();
+    f.fill(&Flow::v4(), "k", 0, b"v");
+    for src in ["10.1.2.3", "203.0.113.9"] {
+        let fl = Flow::v4().from(src);
+        let before = f.stats().refused;
+        f.assert_miss(&fl, "k");
+        assert_eq!(f.stats().refused, before + 1, "{src}");
+    }
+    f.fill(&Flow::v6(), "k6", 0, b"v");
+    f.assert_miss(&Flow::v6().from("2001:db8::1"), "k6");
+}
+
+#[test]
+fn other_ports_and_protocols_pass_untouched() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, "k", 0, b"v");
+    let other = fl.clone().sport(11212);
+    let frame = other.udp(next_id(), b"get k\r\n");
+    let r = f.xdp(&frame);
+    assert_eq!((r.action, &r.data), (XDP_PASS, &frame));
+    let tcp = other.tcp(1, 1, "PA", b"delete k\r\n");
+    assert_eq!(f.xdp(&tcp).action, XDP_PASS);
+    f.assert_hit(&fl, "k", 0, b"v");
+    // ARP, and ICMP to the server
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&packet::CLIENT_MAC);
+    arp.extend_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0u8; 28]);
+    let r = f.xdp(&arp);
+    assert_eq!((r.action, &r.data), (XDP_PASS, &arp));
+    let mut icmp = Vec::new();
+    etherparse::PacketBuilder::ethernet2(packet::CLIENT_MAC, packet::SERVER_MAC)
+        .ipv4([198, 18, 0, 2], [198, 18, 0, 1], 64)
+        .icmpv4_echo_request(1, 1)
+        .write(&mut icmp, b"ping")
+        .unwrap();
+    let r = f.xdp(&icmp);
+    assert_eq!((r.action, &r.data), (XDP_PASS, &icmp));
+    assert_eq!(f.stats().invalidations, 0);
+}
+
+#[test]
+fn a_negative_exptime_is_never_cached() {
+    let f = fx();
+    let fl = Flow::v4();
+    let mut c = Conn::open(&f, fl.clone());
+    c.send(&f, b"set neg 0 -1 1\r\nx\r\n");
+    c.answer(&f, b"STORED\r\n");
+    assert!(!f.fill_with(&fl, "get neg\r\n", &value_reply("neg", 0, b"x")));
+}
+
+#[test]
+fn an_item_is_not_served_past_its_expiry() {
+    let f = fx();
+    let fl = Flow::v4();
+    let mut c = Conn::open(&f, fl.clone());
+    c.send(&f, b"set soon 0 2 1\r\nx\r\n");
+    c.answer(&f, b"STORED\r\n");
+    f.fill(&fl, "soon", 0, b"x");
+    f.assert_hit(&fl, "soon", 0, b"x");
+    // exptime 2 is served for at most 1 s (memcached's clock ticks in whole seconds)
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    f.assert_miss(&fl, "soon");
+    assert_eq!(f.stats().expired, 1);
+}
+
+fn mg(f: &Fx, fl: &Flow, req: &str) -> Option<String> {
+    let (a, p) = f.request(fl, req.as_bytes());
+    (a == XDP_TX).then(|| String::from_utf8(p.unwrap()).unwrap())
+}
+
+#[test]
+fn mg_is_answered_as_memcached_answers_it() {
+    let f = fx();
+    let fl = Flow::v4();
+    assert!(f.fill_with(&fl, "gets mk\r\n", b"VALUE mk 9 3 777\r\nabc\r\nEND\r\n"));
+    for (req, want) in [
+        ("mg mk v\r\n", "VA 3\r\nabc\r\n"),
+        ("mg mk v f\r\n", "VA 3 f9\r\nabc\r\n"),
+        ("mg mk f v\r\n", "VA 3 f9\r\nabc\r\n"),
+        ("mg mk s v\r\n", "VA 3 s3\r\nabc\r\n"),
+        ("mg mk k v\r\n", "VA 3 kmk\r\nabc\r\n"),
+        ("mg mk c\r\n", "HD c777\r\n"),
+        ("mg mk f\r\n", "HD f9\r\n"),
+        ("mg mk\r\n", "HD\r\n"),
+        ("mg mk Oxyz v\r\n", "VA 3 Oxyz\r\nabc\r\n"),
+        ("mg mk q v\r\n", "VA 3\r\nabc\r\n"),
+    ] {
+        assert_eq!(mg(&f, &fl, req).as_deref(), Some(want), "{req:?}");
+    }
+}
+
+#[test]
+fn mg_t_is_answered_for_items_known_never_to_expire() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, "unknown", 0, b"abc");
+    assert_eq!(
+        mg(&f, &fl, "mg unknown t\r\n"),
+        None,
+        "expiry not known: memcached answers"
+    );
+    let mut c = Conn::open(&f, fl.clone());
+    c.send(&f, b"set forever 0 0 3\r\nabc\r\n");
+    c.answer(&f, b"STORED\r\n");
+    f.fill(&fl, "forever", 0, b"abc");
+    assert_eq!(
+        mg(&f, &fl, "mg forever t v\r\n").as_deref(),
+        Some("VA 3 t-1\r\nabc\r\n")
+    );
+}
+
+#[test]
+fn mg_with_flags_the_kernel_does_not_answer_passes() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, "mk", 0, b"abc");
+    for req in [
+        "mg mk h\r\n",
+        "mg mk l\r\n",
+        "mg mk v v\r\n",
+        "mg mk c\r\n", // no CAS known for an entry filled by get
+        "mg missing v\r\n",
+        "mg mk  v\r\n",
+        "mg bWs= b v\r\n",
+    ] {
+        assert_eq!(mg(&f, &fl, req), None, "{req:?}");
+    }
+}
