@@ -5,9 +5,9 @@
  * A request is a 24-byte header (magic, opcode, key length BE16, extras length, data type,
  * vbucket, body length BE32, opaque, CAS), then the body: extras, key, value. Requests follow one
  * another in a segment (pipelined, quiet variants). The walk follows memcached's own rules
- * (proto_bin.c, dispatch_bin_command): a request memcached would refuse with a protocol error
- * (it then closes the connection), a key cut by the segment end, an opcode we do not know, or
- * anything else we cannot be sure of voids the whole cache. */
+ * (proto_bin.c, try_read_command_binary, dispatch_bin_command), framing included: a request it
+ * refuses ends the connection, an opcode it does not know swallows its body, a header or key cut
+ * by a segment end is carried over to the next segment on followed connections. */
 #ifndef INKCACHE_BINPROTO_H
 #define INKCACHE_BINPROTO_H
 
@@ -26,7 +26,8 @@
 
 /* bin_request results besides the next request's offset */
 #define BIN_VOID     -1   /* cannot be sure: void the whole cache, stop */
-#define BIN_STOP     -2   /* quit: memcached executes nothing after it */
+#define BIN_STOP     -2   /* quit or a protocol error: memcached closes, executes nothing after */
+#define BIN_CUT      -3   /* the header, extras or key go on in the next segment */
 
 /* Opcodes (memcached protocol_binary.h); the quiet variants behave the same for coherence. */
 enum bin_op {
@@ -107,9 +108,9 @@ static __always_inline __u64 bin_exp(__u32 exptime)
  * with a CAS (fails on a mismatch), incr/decr that may create the key. The earlier of the two
  * keeps the kernel from serving past either; without a hint the old expiry is unknown, served at
  * most max_age, so the hint becomes at most now + max_age. */
-static __always_inline __u64 bin_exp_either(__u32 kpos, __u32 klen, __u64 exp)
+static __always_inline __u64 bin_exp_either(__u32 kpos, __u32 klen, __u64 h, __u64 exp)
 {
-	return exp_either(key_hash(kpos, klen), exp);
+	return exp_either(kpos, klen, h, exp);
 }
 
 /* flush [delay]: voids everything now and, with a delay, refuses fills until the delayed flush
@@ -132,91 +133,103 @@ static __always_inline void bin_flush(__u32 ext, __u32 delay, int cut)
 		g->fill_block_until = until;
 }
 
-/* One request at buf[pos, end): invalidates what it may change. Returns the offset just past it
- * (beyond `end` if its value continues in the next segment; the key has been invalidated then),
- * BIN_STOP after a quit, or BIN_VOID if the caller must void the whole cache. */
+/* One request at buf[pos, end), framed exactly as memcached reads it (try_read_command_binary,
+ * dispatch_bin_command): it consumes the header, extras and key, then only the commands that take
+ * a value read (or swallow) the rest of the body; an opcode it does not know swallows the body
+ * length after the key (so its framing is followed too), and a request it refuses is a protocol
+ * error after which it closes the connection. Invalidates what the request may change. Returns
+ * the offset just past the request (beyond `end` if its value continues in the next segment; the
+ * key has been invalidated then), BIN_CUT if the header, extras or key are cut by `end`, BIN_STOP
+ * if memcached closes the connection (nothing after runs), BIN_VOID if the scratch is missing. */
 __noinline __s64 bin_request(__u32 pos, __u32 end)
 {
 	struct scratch *s = get_scratch();
-	__u32 op, klen, ext, body, kpos;
-	__u64 w0, cas, exp;
+	__u32 op, klen, ext, body, kpos, fixed, valid;
+	__u64 w0, cas, exp, h;
+	__s64 next;
 	int cls;
 
-	if (!s || end > SCRATCH_LEN || pos + BIN_HDR_LEN > end)
-		return BIN_VOID; /* header cut by the segment end */
+	if (!s || end > SCRATCH_LEN)
+		return BIN_VOID;
+	if (pos + BIN_HDR_LEN > end)
+		return BIN_CUT;
 	w0 = word_at(s, pos);
 	op = (w0 >> 8) & 0xff;
 	klen = bpf_ntohs((__u16)(w0 >> 16));
 	ext = (w0 >> 32) & 0xff;
 	body = bin_be32(s, pos + 8);
 	cas = word_at(s, pos + 16);
-	/* memcached closes the connection on these (nothing after runs), but be safe */
-	if ((w0 & 0xff) != BIN_REQ_MAGIC || klen + ext > body || klen > KEY_MAX)
-		return BIN_VOID;
+	/* a bad magic, lengths that do not add up or a key too long: memcached closes */
+	if ((w0 & 0xff) != BIN_REQ_MAGIC || klen > body || klen + ext > body || klen > KEY_MAX)
+		return BIN_STOP;
+	fixed = BIN_HDR_LEN + ext + klen;
+	if (pos + fixed > end)
+		return BIN_CUT; /* memcached waits for the extras and key */
 	kpos = pos + BIN_HDR_LEN + ext;
 	cls = bin_class_of(op);
+	h = klen ? key_hash(kpos, klen) : 0;
+	next = (__s64)pos + fixed; /* what memcached consumed before dispatching */
 
-	/* memcached's per-opcode checks (dispatch_bin_command); where it reads fewer bytes than the
-	 * body length (touch, stat), a longer body would be parsed as further requests: refuse it */
 	switch (cls) {
-	case BC_READ:
-	case BC_DELETE:
-		if (ext || !klen || body != klen)
-			return BIN_VOID;
-		break;
 	case BC_EMPTY:
+		valid = !ext && !klen && !body;
+		break;
 	case BC_QUIT:
-		if (ext || klen || body)
-			return BIN_VOID;
-		break;
-	case BC_STAT:
-		if (ext || body != klen)
-			return BIN_VOID;
-		break;
-	case BC_SASL:
-	case BC_CONCAT:
-		if (ext || !klen)
-			return BIN_VOID;
+		return BIN_STOP;
+	case BC_FLUSH:
+		valid = !klen && body == ext && (ext == 0 || ext == 4);
 		break;
 	case BC_STORE:
-		if (ext != 8 || !klen)
-			return BIN_VOID;
+		valid = ext == 8 && klen && body >= klen + 8;
+		next = (__s64)pos + BIN_HDR_LEN + body; /* the value is read (or swallowed) */
+		break;
+	case BC_READ:
+	case BC_DELETE:
+		valid = !ext && klen && body == klen;
 		break;
 	case BC_ARITH:
-		if (ext != 20 || !klen || body != klen + 20)
-			return BIN_VOID;
+		valid = ext == 20 && klen && body == klen + 20;
+		break;
+	case BC_CONCAT:
+		valid = !ext && klen && body >= klen;
+		next = (__s64)pos + BIN_HDR_LEN + body;
+		break;
+	case BC_STAT:
+		valid = !ext; /* a body longer than the key is read as the next request */
+		break;
+	case BC_SASL:
+		valid = !ext && klen;
+		next = (__s64)pos + BIN_HDR_LEN + body; /* the data is read (or swallowed) */
 		break;
 	case BC_TOUCH:
-		if (ext != 4 || !klen || body != klen + 4)
-			return BIN_VOID;
+		valid = ext == 4 && klen; /* a longer body is read as the next request */
 		break;
-	case BC_FLUSH:
-		if (klen || body != ext || (ext != 0 && ext != 4))
-			return BIN_VOID;
-		bin_flush(ext, pos + BIN_HDR_LEN + ext <= end ? bin_be32(s, pos + BIN_HDR_LEN) : 0,
-			  pos + BIN_HDR_LEN + ext > end);
-		return (__s64)pos + BIN_HDR_LEN + body;
 	default:
-		return BIN_VOID; /* an opcode we do not know: it may change anything */
+		/* unknown opcode: memcached answers an error and swallows the body length, counted
+		 * after the extras and key it already consumed */
+		return (__s64)pos + fixed + body;
 	}
-	if (cls == BC_QUIT)
-		return BIN_STOP;
-	if (kpos + klen > end)
-		return BIN_VOID; /* key cut by the segment end: we cannot know it */
+	if (!valid)
+		return BIN_STOP; /* a protocol error: memcached closes the connection */
 
 	switch (cls) {
+	case BC_FLUSH:
+		bin_flush(ext, ext == 4 ? bin_be32(s, pos + BIN_HDR_LEN) : 0, 0);
+		return next;
 	case BC_STORE: /* set with a CAS, and add, may leave the old item (and expiry) in place */
 		exp = bin_exp(bin_be32(s, pos + BIN_HDR_LEN + 4));
 		if (cas || op == BIN_ADD || op == BIN_ADDQ)
-			exp = bin_exp_either(kpos, klen, exp);
+			exp = bin_exp_either(kpos, klen, h, exp);
 		break;
 	case BC_DELETE: /* with a CAS it may fail: the item keeps its expiry then */
+		if (op == BIN_GET || op == BIN_GETQ || op == BIN_GETK || op == BIN_GETKQ)
+			return next;
 		exp = cas ? HINT_KEEP : HINT_DELETE;
 		break;
 	case BC_ARITH: { /* an existing item keeps its expiry; a missing one is created with exptime,
 			  * unless exptime is 0xffffffff */
 		__u32 e = bin_be32(s, pos + BIN_HDR_LEN + 16);
-		exp = e == 0xffffffff ? HINT_KEEP : bin_exp_either(kpos, klen, bin_exp(e));
+		exp = e == 0xffffffff ? HINT_KEEP : bin_exp_either(kpos, klen, h, bin_exp(e));
 		break;
 	}
 	case BC_CONCAT:
@@ -226,39 +239,49 @@ __noinline __s64 bin_request(__u32 pos, __u32 end)
 		exp = bin_exp(bin_be32(s, pos + BIN_HDR_LEN));
 		break;
 	default: /* read-only */
-		return (__s64)pos + BIN_HDR_LEN + body;
+		return next;
 	}
-	invalidate_key(kpos, klen, exp);
-	return (__s64)pos + BIN_HDR_LEN + body;
+	/* set and replace without a CAS leave a fresh item (or none) */
+	invalidate_key(kpos, klen, h, exp,
+		       (cls == BC_STORE && !cas && op != BIN_ADD && op != BIN_ADDQ) ? META_CLEAN
+										: META_KEEP);
+	return next;
 }
 
-/* Walks the binary requests in scratch.buf[off, off + len) and invalidates every key they may
- * change, recording the expiry they set; anything it cannot be sure of voids the whole cache.
- * Returns 0 if the segment ends at a request boundary (or after a quit), the number of bytes of
- * the last request's value still to come if it continues in the next segment (its key is already
- * invalidated: a stream tracker skips that many bytes before walking again), or -1 if the whole
- * cache was voided. */
-__noinline __s64 invalidate_binary(__u32 off, __u32 len)
+/* Walks the binary requests in scratch.buf[off, len) and invalidates every key they may change,
+ * recording the expiry they set. Returns where it stopped: len, or the start of a request whose
+ * header, extras or key the segment cut (a followed stream carries it over to the next segment);
+ * scratch.ws.skip gets the bytes of a value still to come, scratch.ws.stopped is set when
+ * memcached closes the connection. -1 if the whole cache was voided. */
+__noinline int invalidate_binary(__u32 off, __u32 len)
 {
-	__u32 pos = off, end = off + len;
+	struct scratch *s = get_scratch();
+	__u32 pos = off;
 
-	if (off > SCRATCH_LEN || len > SCRATCH_LEN || end > SCRATCH_LEN)
+	if (!s || off > SCRATCH_LEN || len > SCRATCH_LEN)
 		goto unsure;
+	s->ws.skip = 0;
 	for (__u32 c = 0; c < MAX_BIN_REQS; c++) {
 		__s64 r;
-		if (pos >= end)
-			return 0;
-		r = bin_request(pos, end);
-		if (r == BIN_STOP)
-			return 0;
+		if (pos >= len)
+			return len;
+		r = bin_request(pos, len);
+		if (r == BIN_CUT)
+			return pos;
+		if (r == BIN_STOP) {
+			s->ws.stopped = 1;
+			return len;
+		}
 		if (r < 0)
 			goto unsure;
-		if (r > end)
-			return r - end;
+		if (r > len) {
+			s->ws.skip = r - len;
+			return len;
+		}
 		pos = (__u32)r;
 	}
-	if (pos >= end)
-		return 0;
+	if (pos >= len)
+		return len;
 unsure:
 	invalidate_all(ST_INVAL_UNPARSABLE);
 	return -1;

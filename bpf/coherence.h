@@ -15,7 +15,6 @@
 
 #define HINT_KEEP   0ULL   /* invalidate_key: leave the key's expiry as it is */
 #define HINT_DELETE 2ULL   /* invalidate_key: the key is gone (delete) */
-#define INVAL_SERVER 2     /* invalidate_key_x's `exact` in cooperative mode (inkcache_coop) */
 
 /* memcached exptime -> kernel expiry (ktime ns), one second early because memcached's clock
  * ticks in whole seconds and may run ahead of ours. */
@@ -62,39 +61,152 @@ static __always_inline int hint_trusted(__u64 v, struct ink_global *g)
 	return (v >> HINT_MS_BITS) == (g->hint_gen & HINT_GEN_MASK);
 }
 
-/* The expiry the kernel may use for key hash h when filling at `now`: its hint if trusted; else
- * (written before attach, or a segment since could not be parsed) at most max_age from now, and
- * not after an untrusted hint either; EXP_UNKNOWN (do not cache) once ttl_hints overflowed. */
-static __always_inline __u64 fill_expiry(__u64 h, __u64 now, struct ink_global *g)
-{
-	__u64 *v = bpf_map_lookup_elem(&ttl_hints, &h), exp;
+/* What a write does to the meta state of the key's item (invalidate_key_x's `meta`). */
+#define META_KEEP  0   /* unchanged (the item may stay as it was) */
+#define META_DIRTY 1   /* may set meta state (mg N/R, md I, ms I) */
+#define META_CLEAN 2   /* replaces the item: a fresh item has none */
 
-	if (v && hint_trusted(*v, g))
-		return hint_exp(*v);
-	if (g->hint_overflow)
+/* hint_get results */
+#define HG_NONE   0    /* not written since attach (or forgotten by a delete) */
+#define HG_MINE   1    /* the key's own hint: scratch.hint */
+#define HG_SHARED 2    /* keys whose hashes collide share the entry: none is served */
+
+/* Whether hint `x` is that of the key at scratch.buf[off, off + len). */
+static __always_inline int hint_is(struct scratch *s, struct ink_hint *x, __u32 off, __u32 len)
+{
+	if (x->klen != len)
+		return 0;
+	for (__u32 i = 0; i < KEY_ROOM / 8; i++) {
+		__u32 o = i * 8;
+		if (o >= len)
+			break;
+		if (low_bytes(LOAD64(&x->key[o & (KEY_ROOM - 8)]) ^ word_at(s, off + o), len - o))
+			return 0;
+	}
+	return 1;
+}
+
+/* The hint of the key at scratch.buf[off, off + len) (hash h): HG_*, with HG_MINE its packed
+ * expiry and meta mark in scratch.hint. */
+__noinline int hint_get(__u32 off, __u32 len, __u64 h)
+{
+	struct scratch *s = get_scratch();
+	struct ink_hint *x;
+
+	if (!s || len == 0 || len > KEY_MAX)
+		return HG_SHARED;
+	x = bpf_map_lookup_elem(&ttl_hints, &h);
+	if (!x)
+		return HG_NONE;
+	if (!hint_is(s, x, off, len))
+		return HG_SHARED;
+	s->hint.v = x->v;
+	s->hint.meta = x->meta;
+	return HG_MINE;
+}
+
+/* The expiry the kernel may use for the key at scratch.buf[off, off + len) when filling at `now`:
+ * its hint if trusted; else (written before attach, or a segment since could not be parsed) at
+ * most max_age from now, and not after an untrusted hint either; EXP_UNKNOWN (do not cache) for a
+ * shared hint, or a key without one once ttl_hints overflowed. scratch.hint.meta_ok says whether
+ * the item surely carries no meta state (a trusted hint of a key whose writes cleared it). */
+static __always_inline __u64 fill_expiry(__u32 off, __u32 len, __u64 h, __u64 now,
+					 struct ink_global *g)
+{
+	struct scratch *s = get_scratch();
+	int r = hint_get(off, len, h);
+	__u64 exp;
+
+	if (!s)
+		return EXP_UNKNOWN;
+	s->hint.meta_ok = 0;
+	if (r == HG_SHARED)
+		return EXP_UNKNOWN;
+	if (r == HG_MINE && hint_trusted(s->hint.v, g)) {
+		s->hint.meta_ok = !s->hint.meta;
+		return hint_exp(s->hint.v);
+	}
+	if (r == HG_NONE && g->hint_overflow)
 		return EXP_UNKNOWN;
 	exp = now + max_age_ns;
-	if (v && hint_exp(*v) < exp)
-		exp = hint_exp(*v);
+	if (r == HG_MINE && hint_exp(s->hint.v) < exp)
+		exp = hint_exp(s->hint.v);
 	return exp;
 }
 
-/* Expiry to record for a write that either leaves the key's item as it was or gives it expiry
- * `exp`, when we cannot know which (add, cas, meta set with a mode or CAS, binary equivalents):
- * the earlier of the two, so the kernel never serves past either. Without a trusted hint the old
- * expiry is unknown (bounded by max_age from now). */
-static __always_inline __u64 exp_either(__u64 h, __u64 exp)
+/* Expiry to record for a write to the key at scratch.buf[off, off + len) that either leaves its
+ * item as it was or gives it expiry `exp`, when we cannot know which (add, cas, meta writes with a
+ * mode, a CAS or vivify, binary equivalents): the earlier of the two, so the kernel never serves
+ * past either. Without a trusted hint the old expiry is unknown (bounded by max_age from now). */
+static __always_inline __u64 exp_either(__u32 off, __u32 len, __u64 h, __u64 exp)
 {
 	struct ink_global *g = global_state();
+	__u64 old;
 
 	if (!g)
 		return EXP_UNKNOWN;
-	if (exp == EXP_NEVER)
+	if (exp == EXP_NEVER || exp == HINT_KEEP)
 		return HINT_KEEP; /* the old expiry, whatever it is, is the earlier */
-	{
-		__u64 old = fill_expiry(h, bpf_ktime_get_ns(), g);
-		return old < exp ? old : exp;
+	old = fill_expiry(off, len, h, bpf_ktime_get_ns(), g);
+	return old < exp ? old : exp;
+}
+
+/* Records a write to the key at scratch.buf[off, off + len): its expiry becomes `exp` (HINT_KEEP:
+ * unchanged, HINT_DELETE: the key is gone), its meta state changes as `meta` (META_*). */
+static __always_inline int hint_put(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 meta)
+{
+	struct scratch *s = get_scratch();
+	struct ink_global *g = global_state();
+	struct ink_hint *x;
+	__u64 v;
+
+	if (!s || !g || len == 0 || len > KEY_MAX)
+		return -1;
+	if (exp == HINT_KEEP && meta != META_DIRTY)
+		return 0;
+	x = bpf_map_lookup_elem(&ttl_hints, &h);
+	if (!x && exp != HINT_DELETE) {
+		/* a new entry: the key and its hint. HINT_KEEP on a key not written since attach:
+		 * its expiry is unknown, bounded by max_age from now; its meta state is unknown unless
+		 * the write replaces the item. */
+		struct ink_hint *n = &s->hint_new;
+		n->v = hint_pack(exp == HINT_KEEP ? bpf_ktime_get_ns() + max_age_ns : exp, g->hint_gen);
+		n->klen = len;
+		n->meta = meta != META_CLEAN;
+		for (__u32 i = 0; i < KEY_ROOM / 8; i++) {
+			__u32 o = i * 8;
+			if (o >= len)
+				break;
+			STORE64(&n->key[o & (KEY_ROOM - 8)], low_bytes(word_at(s, off + o), len - o));
+		}
+		if (!bpf_map_update_elem(&ttl_hints, &h, n, BPF_NOEXIST))
+			return 0;
+		x = bpf_map_lookup_elem(&ttl_hints, &h); /* another CPU won the insert */
+		if (!x) {
+			g->hint_overflow = 1; /* full: keys without a hint are no longer cached */
+			return -1;
+		}
 	}
+	if (!x || x->klen == HINT_SHARED)
+		return 0;
+	if (!hint_is(s, x, off, len)) {
+		x->klen = HINT_SHARED; /* another key's: from now on neither is served */
+		return 0;
+	}
+	if (exp == HINT_DELETE) {
+		bpf_map_delete_elem(&ttl_hints, &h);
+		return 0;
+	}
+	if (exp != HINT_KEEP) {
+		v = hint_pack(exp, g->hint_gen);
+		if (x->v != v)
+			x->v = v; /* one 8-byte store: readers see the old or the new hint */
+	}
+	if (meta == META_DIRTY && !x->meta)
+		x->meta = 1;
+	else if (meta == META_CLEAN && x->meta)
+		x->meta = 0;
+	return 0;
 }
 
 /* Records, on the connection being walked (scratch.ws.ck), that the write to the key of set
@@ -213,35 +325,40 @@ __noinline int settle_udp(void)
 	return 0;
 }
 
-/* Invalidates the key at scratch.buf[off, off+len): its item goes, its expiry becomes `exp`
- * (HINT_KEEP: unchanged, HINT_DELETE: forgotten), and its set refuses fills from replies to
- * requests that arrived before the write is applied. With `exact` (a write on a followed
- * connection that the server answers), that is until the server's answer passes egress;
- * otherwise until now + quarantine. */
-__noinline int invalidate_key_x(__u32 off, __u32 len, __u64 exp, __u32 exact)
+/* invalidate_key_x's `how`: INV_EXACT, and the META_* it records shifted by INV_META_SHIFT;
+ * INV_SERVER alone: cooperative mode (inkcache_coop), the server applied the write already */
+#define INV_EXACT      1
+#define INV_META_SHIFT 1
+#define INV_SERVER     0x80000000u
+
+/* Invalidates the key at scratch.buf[off, off+len) (hash h): its item goes, its hint is recorded
+ * (exp: its expiry, HINT_KEEP: unchanged, HINT_DELETE: the key is gone; the META_* in `how`), and
+ * its set refuses fills from replies to requests that arrived before the write is applied. With
+ * INV_EXACT (a write on a followed connection that the server answers), that is until the
+ * server's answer passes egress; otherwise until now + quarantine. */
+__noinline int invalidate_key_x(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 how)
 {
 	struct ink_global *g = global_state();
 	struct ink_set *set;
-	__u64 h, now, until;
-	__u32 tag, idx;
+	__u64 now, until;
+	__u32 tag, idx, exact = how & INV_EXACT, server = how & INV_SERVER;
 
 	if (invalidation_off || !g || len == 0 || len > KEY_MAX)
 		return 0;
-	h = key_hash(off, len);
 	idx = set_index(h);
 	set = bpf_map_lookup_elem(&sets, &idx);
 	if (!set)
 		return -1;
 	tag = tag_of(h);
 	/* the answer cannot pass egress before the server has this packet: pushing first is safe */
-	if (exact == INVAL_SERVER)
-		; /* cooperative mode: the server applied the write, stable from now, nothing to settle */
+	if (server) /* cooperative mode: the server applied the write, stable from now */
+		exact = 0;
 	else if (settle_off || (exact && fifo_push(idx)))
 		exact = 0;
 	now = bpf_ktime_get_ns();
-	until = exact ? now : now + quarantine_ns;
+	until = exact || server ? now : now + quarantine_ns;
 	bpf_spin_lock(&set->lock);
-	if (exact == 1) {
+	if (exact) {
 		if (set->gen != (__u32)g->gen) {
 			set->gen = (__u32)g->gen;
 			set->open = 0;
@@ -257,32 +374,18 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 exp, __u32 exact)
 			x->tag = 0;
 	}
 	bpf_spin_unlock(&set->lock);
-	if (exp != HINT_KEEP) {
-		/* a lookup is much cheaper than an update: write only what changes */
-		__u64 *cur = bpf_map_lookup_elem(&ttl_hints, &h);
-		__u64 v = hint_pack(exp, g->hint_gen);
-		if (exp == HINT_DELETE) {
-			if (cur)
-				bpf_map_delete_elem(&ttl_hints, &h);
-		} else if (!cur) {
-			if (bpf_map_update_elem(&ttl_hints, &h, &v, BPF_NOEXIST) &&
-			    !bpf_map_lookup_elem(&ttl_hints, &h))
-				g->hint_overflow = 1; /* full: keys without a hint are no longer cached */
-		} else if (*cur != v) {
-			*cur = v; /* one 8-byte store: readers see the old or the new hint */
-		}
-	}
+	hint_put(off, len, h, exp, (how & ~INV_SERVER) >> INV_META_SHIFT);
 	stat_inc(ST_INVALIDATIONS);
 	stat_inc(ST_INVAL_COMMAND);
-	if (!exact)
+	if (!exact && !server)
 		stat_inc(ST_QUARANTINED);
 	return 0;
 }
 
 /* A write whose answer will not be waited for (see invalidate_key_x). */
-static __always_inline int invalidate_key(__u32 off, __u32 len, __u64 exp)
+static __always_inline int invalidate_key(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 meta)
 {
-	return invalidate_key_x(off, len, exp, 0);
+	return invalidate_key_x(off, len, h, exp, meta << INV_META_SHIFT);
 }
 
 /* Voids every item and every request seen so far (and for the quarantine to come); `cause` is

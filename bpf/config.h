@@ -4,7 +4,7 @@
 #ifndef INKCACHE_CONFIG_H
 #define INKCACHE_CONFIG_H
 
-#include <linux/types.h>
+/* (the includer provides the __u32/__u64 types: UAPI headers, or vmlinux.h) */
 
 /* Set by the control plane before load. */
 const volatile __u32 n_sets = 1024;             /* entries of the sets map */
@@ -17,9 +17,15 @@ const volatile __u32 settle_off = 0;            /* debug: every write uses the q
 const volatile __u64 quarantine_ns = 1000000000ULL;
 /* A write the server has not answered after this long no longer blocks fills (its connection
  * state was lost, or the server is stuck). */
+/* The server's network namespace (its cookie; 0: any): the hooks on the root cgroup see every
+ * socket of the host and keep to the server's. */
+const volatile __u64 netns_cookie = 0;
+/* Secret seed of the key hash, random per attach: nobody can craft keys that share an index set. */
+const volatile __u64 hash_seed = 0;
 const volatile __u64 settle_max_ns = 60000000000ULL;
-/* Cooperative mode: the server installs and invalidates (inkcache_coop.bpf.c); XDP walks no
- * mutations and TC egress fills nothing. */
+/* Cooperative mode: the server installs and invalidates (inkcache_coop.bpf.c); the socket-side
+ * programs walk no writes and fill nothing, XDP hands what it passes to the server's AF_XDP
+ * sockets if it has any (xsk.h). */
 const volatile __u32 coop_mode = 0;
 
 /* Set by the control plane before load (--max-amplification): a source outside the allowlist is

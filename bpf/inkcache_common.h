@@ -68,9 +68,15 @@ struct mc_udp_hdr {
 	X(AMP_REFUSED, amp_refused, \
 	  "Replies to sources outside the allowlist larger than `--max-amplification` times the " \
 	  "request, passed to the server.") \
+	X(CONN_BLIND, conn_blind, \
+	  "Connections beyond --max-sockets, whose bytes cannot be walked: while one is open the " \
+	  "kernel answers and fills nothing.") \
 	X(SPLITS, splits, \
 	  "Multi-key gets split: the kernel answered the keys that hit, memcached got a get for " \
-	  "the others (its answer carries the END).")
+	  "the others (its answer carries the END).") \
+	X(NOT_HOST, not_host, \
+	  "Gets the host's stack would not deliver to the server (a bad checksum, a destination " \
+	  "MAC or address not the interface's own, a martian or own source): passed untouched.")
 
 enum ink_stat {
 #define INK_STAT_ENUM(e, name, help) ST_##e,
@@ -105,9 +111,11 @@ struct ink_way {
 	__u16 hdr_len;         /* bytes of the VALUE line, "\r\n" included */
 	__u8 key_len;
 	__u8 cas_len;          /* bytes of " <cas>" at the end of the VALUE line; 0: no CAS known */
-	__u8 pad0;
+	__u8 flags;            /* WAY_* */
 	__u8 pad;
 };
+
+#define WAY_META_OK 1       /* the item carries no meta state: the kernel may answer mg for it */
 
 struct ink_set {
 	struct bpf_spin_lock lock;
@@ -133,6 +141,9 @@ struct ink_seg {
 #define CONN_INEXACT 2      /* the stream is followed but answers can no longer be counted (quiet
 			     * meta, an error answer, a full FIFO): writes fall back to the quarantine */
 #define CONN_OUT_OK  4      /* the server's initial sequence number is known (SYN-ACK seen) */
+#define CONN_TEXT    8      /* the connection speaks the text protocol (its first byte said so) */
+#define CONN_BINARY  16     /* ... the binary protocol */
+#define CONN_STOPPED 32     /* memcached closes it (quit, a protocol error, an HTTP request) */
 
 struct ink_conn_key {
 	__u8 caddr[16];        /* client, IPv4 as ::ffff:a.b.c.d */
@@ -164,7 +175,7 @@ struct ink_conn {
 	__u32 out_skip;        /* bytes of a value still to come */
 	__u32 out_answers;     /* answers seen */
 	__u32 out_part_len;
-	__u32 pad;
+	__u32 in_long;         /* skipping to the end of a get line too long to carry */
 	struct ink_pending_write fifo[CONN_FIFO];
 	__u8 in_part[PART_MAX];
 	__u8 out_part[PART_MAX];
@@ -182,6 +193,39 @@ struct ink_req_key {
  * 1 = already expired or unknown (never serve), ~0 = never expires. */
 #define EXP_NEVER   (~0ULL)
 #define EXP_UNKNOWN 1ULL
+
+/* What the kernel knows of a key written since attach (the ttl_hints map, keyed by the key's
+ * hash): its expiry, and whether its item may carry meta state a get reply does not show. The key
+ * is stored and compared, so two keys whose hashes collide never share a hint: the entry is then
+ * marked shared and neither key is served. */
+/* An interface the kernel answers on, as the control plane found it at attach (the `ifaces`
+ * map, by ifindex): the kernel answers only what the host's stack would deliver (host.h). */
+#define IFACES_MAX   64     /* interfaces of one attachment (the control plane's MAX_GROUP) */
+#define IFACE_ADDRS  16     /* addresses listed per interface; more are not answered */
+#define IFACE_CSUM_PARTIAL 1 /* virtual interface: local senders' UDP checksums may be partial */
+#define IFACE_LOOPBACK 2    /* loopback: every source is the host itself, every host address local */
+#define ADDR_LOCAL   1      /* a unicast address of this interface: requests to it are answered */
+#define ADDR_HOST    2      /* another address of the host (or a broadcast): never a source */
+
+struct ink_iface {
+	__u8 mac[6];
+	__u8 flags;            /* IFACE_* */
+	__u8 naddr;            /* entries used in addr/kind */
+	__u8 kind[IFACE_ADDRS];   /* ADDR_* */
+	__u8 addr[IFACE_ADDRS][16]; /* IPv4 mapped as ::ffff:a.b.c.d */
+};
+
+#define HINT_SHARED 0xff      /* klen of an entry two keys hash to */
+#define KEY_ROOM    256       /* KEY_MAX rounded up to 8-byte words */
+
+struct ink_hint {
+	__u64 v;               /* expiry (ms) and hint generation, packed (coherence.h) */
+	__u8 klen;             /* the key's length, or HINT_SHARED */
+	__u8 meta;             /* the item may carry meta state (stale, win token sent): mg is
+				* answered by the server */
+	__u8 pad[6];
+	__u8 key[KEY_ROOM];
+};
 
 struct ink_req_val {
 	__u64 ts_ns;           /* when the request arrived */

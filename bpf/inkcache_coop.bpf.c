@@ -2,8 +2,9 @@
 /* Cooperative mode, kernel side: a server that knows its own writes (inkcached --cooperative)
  * installs and invalidates kernel cache entries itself, in batches. It writes operations into
  * its slice of the mmap-able coop_ops array, then runs this program once with BPF_PROG_TEST_RUN
- * (the packet data says which slice and how many). The table is changed only through cache.h's
- * own functions (table.h's table_fill, coherence.h's invalidate_key_x), so this follows whatever layout the table has.
+ * (the packet data says which slice and how many). The table is changed only through the
+ * functions the other programs use (table.h's table_fill, coherence.h's invalidate_key_x), so
+ * this follows whatever layout the table has.
  *
  * Ordering, which the server keeps (crates/inkcached/src/coop.rs): an invalidation runs after the
  * server applied the write and before it answers it, and leaves the key's set stable from then
@@ -12,7 +13,7 @@
  * write either lands before the write's invalidation (which removes it) or is refused.
  *
  * The object loaded by the control plane reuses the attachment's pinned maps; its per-CPU
- * scratch is its own (nothing shared with the XDP and TC programs running meanwhile). */
+ * scratch is its own (nothing shared with the other programs running meanwhile). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
@@ -113,7 +114,7 @@ static long run_op(__u32 i, void *ctx)
 		if (op->klen == 0 || op->klen > KEY_MAX)
 			return 0;
 		to_buf(s, op, op->klen);
-		invalidate_key_x(0, op->klen, HINT_KEEP, INVAL_SERVER);
+		invalidate_key_x(0, op->klen, key_hash(0, op->klen), HINT_KEEP, INV_SERVER);
 	} else if (op->kind == COOP_FLUSH) {
 		now = bpf_ktime_get_ns();
 		if (g->flush_ns < now)

@@ -1,27 +1,28 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* cgroup socket hooks that empty the cache when the server stops or (re)starts: a listening or UDP
- * socket bound to a cached port is released, or a socket binds to one. Both happen before a new
- * server can answer, and need no user space to be running. */
+/* The server's sockets, from cgroup hooks on the root cgroup (kept to the server's namespace and
+ * ports), none of which needs user space to be running:
+ *  - the server stopping or (re)starting empties the cache: a listening or UDP socket bound to a
+ *    cached port is released, or a socket binds to one; both happen before a new server answers;
+ *  - each TCP connection the server accepts is followed: socket ops open its state in `conns` and
+ *    put it in the conn_socks sockhash, whose stream verdict (inkcache_requests.bpf.c) then walks
+ *    every byte it delivers to the server; its state goes when it closes. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 
 #include "inkcache_common.h"
+#include "parsing.h"
 #include "config.h"
 #include "maps.h"
+#include "scratch.h"
+#include "proto.h"
+#include "table.h"
+#include "coherence.h"
+#include "stream.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Network namespace of the server (0: any), set by the control plane. */
-const volatile __u64 netns_cookie = 0;
 
-/* Sockets bound to a cached port in the server's namespace (the server's own sockets). Sockets it
- * accepts do not inherit the mark (no BPF_F_CLONE), so closing a connection is not a restart. */
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, __u8);
-} server_socks SEC(".maps");
 
 static __always_inline void empty_cache(void)
 {
@@ -69,5 +70,91 @@ int inkcache_release(struct bpf_sock *sk)
 {
 	if (!invalidation_off && bpf_sk_storage_get(&server_socks, sk, 0, 0))
 		empty_cache();
+	return 1;
+}
+
+/* The connection of socket-ops context o, seen from the server (scratch.ws.ck). */
+static __always_inline void ops_conn_key(struct bpf_sock_ops *o, struct scratch *s)
+{
+	__builtin_memset(&s->ws.ck, 0, sizeof(s->ws.ck));
+	if (o->family == 2 /* AF_INET */) {
+		__u32 r = o->remote_ip4, l = o->local_ip4;
+		s->ws.ck.caddr[10] = 0xff;
+		s->ws.ck.caddr[11] = 0xff;
+		s->ws.ck.saddr[10] = 0xff;
+		s->ws.ck.saddr[11] = 0xff;
+		__builtin_memcpy(&s->ws.ck.caddr[12], &r, 4);
+		__builtin_memcpy(&s->ws.ck.saddr[12], &l, 4);
+	} else {
+		__u32 a[4];
+		a[0] = o->remote_ip6[0];
+		barrier_var(a[0]); /* one 4-byte context load each */
+		a[1] = o->remote_ip6[1];
+		barrier_var(a[1]); /* one 4-byte context load each */
+		a[2] = o->remote_ip6[2];
+		barrier_var(a[2]); /* one 4-byte context load each */
+		a[3] = o->remote_ip6[3];
+		barrier_var(a[3]); /* one 4-byte context load each */
+		__builtin_memcpy(s->ws.ck.caddr, a, 16);
+		a[0] = o->local_ip6[0];
+		barrier_var(a[0]); /* one 4-byte context load each */
+		a[1] = o->local_ip6[1];
+		barrier_var(a[1]); /* one 4-byte context load each */
+		a[2] = o->local_ip6[2];
+		barrier_var(a[2]); /* one 4-byte context load each */
+		a[3] = o->local_ip6[3];
+		barrier_var(a[3]); /* one 4-byte context load each */
+		__builtin_memcpy(s->ws.ck.saddr, a, 16);
+	}
+	s->ws.ck.cport = (__u16)(o->remote_port >> 16); /* network order, in the upper half */
+	s->ws.ck.sport = bpf_htons((__u16)o->local_port);
+}
+
+SEC("sockops")
+int inkcache_sockops(struct bpf_sock_ops *o)
+{
+	struct bpf_sock *sk;
+	struct scratch *s;
+	__u16 port;
+
+	if (o->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB && o->op != BPF_SOCK_OPS_STATE_CB)
+		return 1;
+	port = (__u16)o->local_port;
+	if (!bpf_map_lookup_elem(&ports, &port))
+		return 1;
+	if (netns_cookie && bpf_get_netns_cookie(o) != netns_cookie)
+		return 1;
+	s = get_scratch();
+	if (!s)
+		return 1;
+	ops_conn_key(o, s);
+	if (o->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		struct ink_global *g = global_state();
+		/* the server accepted it: follow it from its first byte, both ways; beyond
+		 * --max-conns it has no state and its bytes are walked on their own */
+		conn_open(o->rcv_nxt, o->snd_nxt, CONN_OUT_OK);
+		bpf_sock_ops_cb_flags_set(o, BPF_SOCK_OPS_STATE_CB_FLAG);
+		if (!bpf_sock_hash_update(o, &conn_socks, &s->ws.ck, BPF_NOEXIST) || !g)
+			return 1;
+		/* no room to walk its bytes: its writes would be unseen, so nothing is answered or
+		 * filled while it is open (and what is cached now may be changed by it) */
+		conn_close(SETTLE_LOST);
+		stat_inc(ST_CONN_BLIND);
+		sk = o->sk;
+		if (sk && bpf_sk_storage_get(&blind_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE))
+			__sync_fetch_and_add(&g->blind, 1);
+		invalidate_all(ST_INVAL_UNPARSABLE);
+		return 1;
+	}
+	/* a state change: when the connection is closed, the server applies nothing more from it */
+	if (o->args[1] == BPF_TCP_CLOSE) {
+		struct ink_global *g = global_state();
+		conn_close(SETTLE_CLOSED);
+		sk = o->sk;
+		if (g && sk && bpf_sk_storage_get(&blind_socks, sk, 0, 0)) {
+			bpf_sk_storage_delete(&blind_socks, sk);
+			__sync_fetch_and_add(&g->blind, -1);
+		}
+	}
 	return 1;
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* XDP on the server's interface: answers UDP gets whose keys all hit, straight from the driver;
- * invalidates keys that mutating commands (TCP or UDP) are about to change; passes everything else
- * to the stack untouched. */
+/* XDP on the server's interface: answers UDP gets whose keys all hit, straight from the driver,
+ * and remembers the ones it passes (their replies may fill the cache). Everything else passes to
+ * the stack untouched: the writes are walked where the server's sockets receive them
+ * (inkcache_requests.bpf.c). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -15,118 +16,12 @@
 #include "proto.h"
 #include "table.h"
 #include "coherence.h"
-#include "stream.h"
-#include "mutations.h"
-#include "binproto.h"
 #include "reply.h"
 #include "meta.h"
+#include "host.h"
 #include "xsk.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-/* The client's bytes of a followed connection, segment by segment: the segment with sequence
- * number `seq` carries plen bytes at payload_off. Returns 0 if walked, 1 if the connection is not
- * (or no longer) followed: the caller walks the segment on its own. */
-__noinline int ingress_stream(struct xdp_md *ctx, __u32 payload_off, __u32 plen, __u32 seq)
-{
-	struct scratch *s = get_scratch();
-	struct ink_global *g = global_state();
-	struct ink_conn *c;
-	__u32 off = 0, part, done = 0;
-	int d;
-
-	if (!s || !g || !ctx)
-		return 1;
-	c = bpf_map_lookup_elem(&conns, &s->ws.ck);
-	if (!c)
-		return 1;
-	if (c->gen != (__u32)g->gen || (c->flags & CONN_DESYNC))
-		return 1;
-	d = (int)(seq - c->in_seq);
-	if (d > 0) { /* bytes before this segment were never seen here */
-		conn_lost(CONN_DESYNC);
-		return 1;
-	}
-	if (d < 0) { /* a retransmission: only what follows in_seq is new */
-		if ((__u32)-d >= plen)
-			return 0;
-		off = (__u32)-d;
-	}
-	if (__sync_val_compare_and_swap(&c->in_busy, 0, 1)) { /* another CPU has this direction */
-		conn_lost(CONN_DESYNC);
-		return 1;
-	}
-	s->ws.stream = 1;
-	s->ws.exact = !(c->flags & CONN_INEXACT);
-	s->ws.desync = 0;
-	s->ws.cmds = c->in_cmds;
-	part = c->in_part_len;
-	if (part > PART_MAX || part_io(DIR_IN, part, 0))
-		goto unsure;
-	s->ws.skip = c->in_skip;
-	for (__u32 i = 0; i < CHUNKS_MAX; i++) {
-		__u64 n;
-		__u32 end;
-		int r;
-		if (off >= plen) {
-			done = 1;
-			break;
-		}
-		if (s->ws.skip) { /* the rest of a data block (a helper for this costs the verifier 1.6x) */
-			n = plen - off;
-			if (n > s->ws.skip)
-				n = s->ws.skip;
-			s->ws.skip -= n;
-			off += n;
-			continue;
-		}
-		n = plen - off;
-		if (n > CHUNK)
-			n = CHUNK;
-		barrier_var(n);
-		if (n == 0 || n > CHUNK)
-			goto unsure;
-		part &= 511;
-		if (bpf_xdp_load_bytes(ctx, payload_off + off, &s->buf[part], n))
-			goto unsure;
-		end = part + n;
-		if (part == 0 && BUF(s, 0) == BIN_REQ_MAGIC) {
-			/* binary protocol: requests framed by their body length; quiet commands leave
-			 * answers out, so writes fall back to the quarantine */
-			__s64 rest = invalidate_binary(0, end);
-			if (rest < 0)
-				goto lost; /* everything was invalidated */
-			s->ws.desync = 1;
-			s->ws.skip = (__u32)rest;
-			off += n;
-			continue;
-		}
-		r = invalidate_mutations(0, end);
-		if (r < 0)
-			goto lost; /* not sure of the stream: everything was invalidated */
-		r = stream_carry(r, end);
-		if (r < 0)
-			goto unsure; /* a line longer than we carry */
-		part = r;
-		off += n;
-	}
-	if (!done || part_io(DIR_IN, part, 1))
-		goto unsure; /* a segment longer than we walk */
-	if (s->ws.desync)
-		conn_lost(CONN_INEXACT);
-	c->in_part_len = part;
-	c->in_cmds = s->ws.cmds;
-	c->in_skip = s->ws.skip;
-	c->in_seq = seq + plen;
-	c->in_busy = 0;
-	return 0;
-unsure:
-	invalidate_all(ST_INVAL_UNPARSABLE);
-lost:
-	c->in_busy = 0;
-	conn_lost(CONN_DESYNC);
-	return 0;
-}
 
 /* What XDP learned of each interface's frames (per CPU, slot ifindex % 64): the smallest growth
  * a frame could not take. A reply needing as much goes to TC ingress without being composed here
@@ -265,6 +160,13 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		return XDP_PASS;
 	}
 	bound = reply_bound(p);
+	{
+		struct ink_global *g = global_state();
+		if (!g || g->blind > 0) { /* a connection's writes are unseen: answer nothing */
+			stat_inc(ST_PASSED);
+			return XDP_PASS;
+		}
+	}
 	if (bound == 0) {
 		stat_inc(ST_REFUSED);
 		remember_request(p, req_id);
@@ -295,58 +197,6 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 	return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 }
 
-/* A TCP segment to the server: followed connections are walked as a stream (ingress_stream);
- * others segment by segment, their writes falling back to the quarantine. Always passes. */
-static __always_inline int handle_tcp(struct xdp_md *ctx, struct scratch *s, struct pkt *p)
-{
-	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
-	struct tcphdr *tcp = data + (p->l4_off & 127);
-	__u32 seq, plen;
-
-	if ((void *)(tcp + 1) > data_end) {
-		stat_inc(ST_ERRORS);
-		invalidate_all(ST_INVAL_UNPARSABLE);
-		return XDP_PASS;
-	}
-	seq = bpf_ntohl(tcp->seq);
-	conn_key(s, p, 1);
-	if (tcp->syn && !tcp->ack) {
-		conn_open(seq + 1);
-		return XDP_PASS;
-	}
-	if (tcp->rst) {
-		/* the server may still apply what it read: its writes fall back to the quarantine */
-		conn_close(SETTLE_LOST);
-		return XDP_PASS;
-	}
-	plen = p->payload_len;
-	if (plen == 0) {
-		stat_inc(ST_PASSED);
-		return XDP_PASS;
-	}
-	s->ws.udp = 0;
-	if (!ingress_stream(ctx, p->payload_off, plen, seq))
-		return XDP_PASS;
-	/* a connection not followed (seen mid-stream, or no room to follow it): the segment is
-	 * walked on its own, writes fall back to the quarantine */
-	s->ws.stream = 0;
-	s->ws.exact = 0;
-	if (plen > SCRATCH_LEN)
-		plen = SCRATCH_LEN; /* commands beyond are unseen: the parser then cannot be sure */
-	if (bpf_xdp_load_bytes(ctx, p->payload_off, s->buf, plen)) {
-		invalidate_all(ST_INVAL_UNPARSABLE);
-		stat_inc(ST_ERRORS);
-		return XDP_PASS;
-	}
-	if (plen < p->payload_len)
-		invalidate_all(ST_INVAL_UNPARSABLE);
-	else if (BUF(s, 0) == BIN_REQ_MAGIC)
-		invalidate_binary(0, plen);
-	else
-		invalidate_mutations(0, plen);
-	return XDP_PASS;
-}
-
 /* A meta get (`mg <key> <flags>*`) in scratch.buf[0, plen): answered in the frame if every flag
  * is one the kernel answers and the item is here; returns XDP_TX, or XDP_PASS after counting why
  * not (the caller then walks it as a command: mg with T, N, E or R writes). */
@@ -372,7 +222,8 @@ static __always_inline int handle_mg(struct xdp_md *ctx, struct scratch *s, stru
 }
 
 /* A UDP datagram to the server: the memcached frame header, then one request. Gets (get, gets,
- * mg) are answered when every key hits; everything else is walked for the keys it changes. */
+ * mg) are answered when every key hits; everything else passes (writes are walked where the
+ * server's socket receives them: inkcache_requests.bpf.c). */
 static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, struct pkt *p)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
@@ -386,79 +237,62 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 	}
 	plen = p->payload_len - UDP_HDR_MC;
 	req_id = fh->req_id;
-	if (fh->seq != 0 || fh->total != bpf_htons(1) || plen == 0 || plen > PAYLOAD_MAX) {
-		/* memcached refuses multi-datagram requests without executing them */
-		stat_inc(ST_ERRORS);
-		return XDP_PASS;
-	}
-	if (bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen)) {
-		stat_inc(ST_ERRORS);
-		invalidate_all(ST_INVAL_UNPARSABLE);
-		return XDP_PASS;
-	}
-	if (plen >= 7 && buf_eq(s, 0, "get ", 4))
-		return handle_get(ctx, s, p, plen, req_id, 0);
-	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
-		return handle_get(ctx, s, p, plen, req_id, 1);
-	if (plen >= 6 && buf_eq(s, 0, "mg ", 3) && !p->ip_opts &&
-	    handle_mg(ctx, s, p, plen, req_id) == XDP_TX)
-		return XDP_TX;
-	if (coop_mode) { /* cooperative mode: the server invalidates what it writes */
+	/* the kernel answers the usual one-datagram requests (memcached also takes other sequence
+	 * numbers, and drops datagrams announcing several) */
+	if (fh->seq != 0 || fh->total != bpf_htons(1) || plen < 6 || plen > PAYLOAD_MAX) {
 		stat_inc(ST_PASSED);
 		return XDP_PASS;
 	}
-	/* a UDP request that is one write is settled by the answer echoing its request id; other
-	 * writes over UDP fall back to the quarantine */
-	s->ws.stream = 0;
-	s->ws.exact = 1;
-	s->ws.udp = 1;
-	__builtin_memcpy(s->ws.rk.addr, p->saddr, 16);
-	s->ws.rk.port = p->sport;
-	s->ws.rk.req_id = req_id;
-	s->ws.rk.pad = 0;
-	if (BUF(s, 0) == BIN_REQ_MAGIC) {
-		s->ws.exact = 0;
-		invalidate_binary(0, plen);
-	} else {
-		invalidate_mutations(0, plen);
+	/* plen is 6..PAYLOAD_MAX (checked above); restate it so the verifier sees the bound */
+	plen = ((plen - 1) & 2047) + 1;
+	if (bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen)) {
+		stat_inc(ST_ERRORS);
+		return XDP_PASS;
 	}
-	s->ws.udp = 0;
+	if (plen >= 7 && buf_eq(s, 0, "get ", 4))
+		return host_delivers(ctx, s, p, plen) ? handle_get(ctx, s, p, plen, req_id, 0)
+						      : XDP_PASS;
+	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
+		return host_delivers(ctx, s, p, plen) ? handle_get(ctx, s, p, plen, req_id, 1)
+						      : XDP_PASS;
+	if (buf_eq(s, 0, "mg ", 3) && !p->ip_opts && host_delivers(ctx, s, p, plen) &&
+	    handle_mg(ctx, s, p, plen, req_id) == XDP_TX)
+		return XDP_TX;
 	stat_inc(ST_PASSED);
 	return XDP_PASS;
 }
 
-/* The entry point: a dispatcher. Packets that are not TCP or UDP to a server port pass at once. */
+/* The entry point: a dispatcher. Packets that are not UDP to a server port pass at once. */
 SEC("xdp")
 int inkcache_xdp(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
-	struct pkt p = {};
-	struct scratch *s;
+	struct scratch *s = get_scratch();
+	struct pkt *p;
 	__u16 port;
 	int act;
 
-	if (parse_packet(data, data_end, &p) != PARSE_OK) {
-		stat_inc(ST_PASSED);
-		return XDP_PASS;
-	}
-	port = bpf_ntohs(p.dport);
-	if (!bpf_map_lookup_elem(&ports, &port)) {
-		stat_inc(ST_PASSED);
-		return XDP_PASS;
-	}
-	s = get_scratch();
 	if (!s) {
 		stat_inc(ST_ERRORS);
 		return XDP_PASS;
 	}
-	if (p.proto == IPPROTO_TCP) {
-		if (coop_mode) { /* cooperative mode: the server invalidates what it writes */
-			stat_inc(ST_PASSED);
-			return XDP_PASS;
-		}
-		return handle_tcp(ctx, s, &p);
+	p = &s->pk; /* the packet's layout lives in the scratch: the stack is short */
+	if (parse_packet(data, data_end, p) != PARSE_OK) {
+		stat_inc(ST_PASSED);
+		return XDP_PASS;
 	}
-	act = handle_udp(ctx, s, &p);
-	/* what goes to the server: to inkcached's AF_XDP sockets if it has any (xsk.h) */
-	return act == XDP_PASS ? xsk_redirect(ctx) : act;
+	port = bpf_ntohs(p->dport);
+	if (!bpf_map_lookup_elem(&ports, &port)) {
+		stat_inc(ST_PASSED);
+		return XDP_PASS;
+	}
+	if (p->proto != IPPROTO_UDP) {
+		stat_inc(ST_PASSED); /* TCP: walked where the server's socket receives it */
+		return XDP_PASS;
+	}
+	act = handle_udp(ctx, s, p);
+	/* in cooperative mode, what goes to the server goes to inkcached's AF_XDP sockets if it
+	 * has any (xsk.h); in transparent mode the server's sockets must see every request (the
+	 * socket-side programs walk its writes and fill from its answers) */
+	return act == XDP_PASS && coop_mode ? xsk_redirect(ctx) : act;
 }

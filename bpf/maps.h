@@ -21,7 +21,9 @@ struct ink_global {
 	__u64 hint_gen;         /* bumped when a segment could not be parsed: it may have changed
 				 * any key's expiry, so hints recorded before are no longer trusted */
 	__u64 flush_open_since; /* arrival of the latest of them */
-	__u64 pad1[4];          /* keep the arena head (written by every fill) off this cache line */
+	__s64 blind;            /* connections to the server whose bytes cannot be walked (no room
+				 * in conn_socks): while any is open, nothing is answered or filled */
+	__u64 pad1[3];          /* keep the arena head (written by every fill) off this cache line */
 	__u64 head;             /* arena log head, 16-byte units; only grows */
 };
 
@@ -74,6 +76,17 @@ struct {
 	__uint(max_entries, 4096);
 } conns SEC(".maps");
 
+/* Every connection to the server (same keys as conns): the stream verdict program attached to
+ * this sockhash walks the bytes each of them delivers to the server. Connections also followed
+ * in `conns` are walked as streams, the others (accepted before attach, or beyond --max-conns)
+ * byte run by byte run. Sized for every connection the server may hold (--max-sockets). */
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__type(key, struct ink_conn_key);
+	__type(value, __u64);
+	__uint(max_entries, 65536);
+} conn_socks SEC(".maps");
+
 /* UDP writes waiting for their answers (--pending bounds it too). An entry evicted before its
  * answer leaves its set blocked until --settle-max. */
 struct {
@@ -98,14 +111,35 @@ struct {
 	__uint(max_entries, 1);
 } global SEC(".maps");
 
-/* Expiry learned from mutations, by key hash (EXP_* values). A key without an entry was not
- * written since attach: it is served at most max_age after its fill. */
+/* What the kernel knows of keys written since attach (struct ink_hint), by key hash. A key
+ * without an entry was not written since attach: it is served at most max_age after its fill.
+ * Entries are allocated as keys are written (--ttl-hints bounds them). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u64);
-	__type(value, __u64);
+	__type(value, struct ink_hint);
 	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 } ttl_hints SEC(".maps");
+
+/* The server's own sockets: bound to a cached port in its namespace (marked when they bind, or
+ * by the iterators at attach). Sockets it
+ * accepts do not inherit the mark (no BPF_F_CLONE), so closing a connection is not a restart. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u8);
+} server_socks SEC(".maps");
+
+/* Connections to the server that could not be put in conn_socks (their bytes are not walked):
+ * counted in global.blind while they are open. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u8);
+} blind_socks SEC(".maps");
 
 /* The control plane's record of an attachment (JSON), read by `inkcache status` and `detach`.
  * No program touches it. */

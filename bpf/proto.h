@@ -9,6 +9,7 @@
 #define INKCACHE_PROTO_H
 
 #include "inkcache_common.h"
+#include "config.h"
 #include "scratch.h"
 
 /* Offset of the first space, '\r' or '\n' in buf[start, end), or end: memcached's tokenizer splits
@@ -111,44 +112,226 @@ __noinline int all_digits(__u32 start, __u32 end)
 	return 1;
 }
 
-#define EXPTIME_BAD (1LL << 62)
+/* memcached's command lines (try_read_command_ascii, tokenize_command, safe_strto* in util.c). */
 
-/* The signed decimal number in buf[start, end) (memcached's exptime), or EXPTIME_BAD. */
-__noinline __s64 parse_exptime(__u32 start, __u32 end)
+/* End of the content of the line [pos, eol) (eol at its '\n'): a '\r' before the '\n' is cut
+ * (not for a one-byte line: memcached keeps a lone "\r"), and the content ends at its first NUL
+ * (memcached tokenizes with strlen). */
+__noinline int mc_content_end(__u32 pos, __u32 eol)
 {
 	struct scratch *s = get_scratch();
-	__s64 v = 0;
-	int neg = 0;
+	__u32 e = eol;
 
-	if (!s || end <= start || end - start > 19)
-		return EXPTIME_BAD;
-	if (BUF(s, start) == '-') {
-		neg = 1;
-		start++;
-		if (end <= start)
-			return EXPTIME_BAD;
-	}
-	for (__u32 i = 0; i < 18; i++) {
-		__u32 pos = start + i;
-		__u8 c;
-		if (pos >= end)
+	if (!s || eol > SCRATCH_LEN || pos > eol)
+		return -1;
+	if (e - pos > 1 && BUF(s, e - 1) == '\r')
+		e--;
+	for (__u32 i = 0; i < SCRATCH_LEN / 8; i++) {
+		__u32 p = pos + i * 8;
+		__u64 m;
+		if (p >= e)
 			break;
-		c = BUF(s, pos);
-		if (c < '0' || c > '9')
-			return EXPTIME_BAD;
-		v = v * 10 + (c - '0');
+		m = keep_bytes(zero_bytes(word_at(s, p)), e - p);
+		if (m)
+			return p + first_mark(m);
 	}
-	if (end - start > 18)
-		return EXPTIME_BAD;
-	return neg ? -v : v;
+	return e;
+}
+
+/* Exact marks (bit 7) of the bytes of x that are not zero (no false marks, unlike zero_bytes). */
+static __always_inline __u64 nonzero_bytes(__u64 x)
+{
+	return (((x & ~HIGHS) + ~HIGHS) | x) & HIGHS;
+}
+
+/* First offset in [pos, end) whose byte is (want_space) or is not (!want_space) a space; end if
+ * none. Eight bytes a step. */
+__noinline int mc_scan_space(__u32 pos, __u32 end, __u32 want_space)
+{
+	struct scratch *s = get_scratch();
+
+	if (!s || end > SCRATCH_LEN)
+		return -1;
+	for (__u32 i = 0; i < SCRATCH_LEN / 8; i++) {
+		__u32 p = pos + i * 8;
+		__u64 m;
+		if (p >= end)
+			break;
+		m = nonzero_bytes(word_at(s, p) ^ (ONES * ' ')); /* the bytes that are not spaces */
+		if (want_space)
+			m = ~m & HIGHS;
+		m = keep_bytes(m, end - p);
+		if (m)
+			return p + first_mark(m);
+	}
+	return end;
+}
+
+/* Splits the line content [pos, end) into scratch.tk as memcached does. Returns the number of
+ * tokens, or -1 if the scratch map is missing. */
+__noinline int mc_tokenize(__u32 pos, __u32 end)
+{
+	struct scratch *s = get_scratch();
+	__u32 n = 0;
+
+	if (!s || end > SCRATCH_LEN)
+		return -1;
+	s->tk.rest = 0;
+	s->tk.end = end;
+	for (__u32 i = 0; i < MC_TOKENS - 1; i++) {
+		int a = mc_scan_space(pos, end, 0), b;
+		if (a < 0 || (__u32)a >= end)
+			break;
+		b = mc_scan_space(a, end, 1);
+		if (b < 0)
+			return -1;
+		s->tk.off[i & TOK_MASK] = a;
+		s->tk.len[i & TOK_MASK] = b - a;
+		n = i + 1;
+		pos = b;
+		if (n == MC_TOKENS - 1) {
+			/* memcached stops at its last token slot: what follows the space after it is
+			 * the remainder (get-style commands re-tokenize it) */
+			if ((__u32)b + 1 < end)
+				s->tk.rest = b + 1;
+			break;
+		}
+	}
+	s->tk.n = n;
+	return n;
+}
+
+/* Whether token i is the literal `lit` (n <= 12 bytes). */
+static __always_inline int tok_is(struct scratch *s, __u32 i, const char *lit, __u32 n)
+{
+	__u32 off;
+
+	if (i >= s->tk.n || s->tk.len[i & TOK_MASK] != n)
+		return 0;
+	off = s->tk.off[i & TOK_MASK];
+#pragma unroll
+	for (__u32 j = 0; j < 12; j++) {
+		if (j >= n)
+			break;
+		if (BUF(s, off + j) != (__u8)lit[j])
+			return 0;
+	}
+	return 1;
+}
+
+/* C's isspace in the "C" locale. */
+static __always_inline int c_isspace(__u8 c)
+{
+	return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+#define NUM_SIGNED   0    /* strtol: a signed 64-bit long */
+#define NUM_UNSIGNED 1    /* strtoul/strtoull: unsigned 64-bit, a '-' negates, and a value with
+			   * the sign bit set is refused if the token holds a '-' anywhere */
+
+#define NW_SPACE  0     /* leading white space */
+#define NW_DIGITS 1     /* after the sign: digits */
+#define NW_AFTER  2     /* after the digits: white space must come, then anything */
+
+static long num_step(__u32 i, void *ctx)
+{
+	struct scratch *s = get_scratch();
+	struct num_walk *w;
+	__u32 p;
+	__u8 c;
+
+	if (!s)
+		return 1;
+	w = &s->nw;
+	p = w->start + i;
+	if (p >= w->end)
+		return 1;
+	c = BUF(s, p);
+	if (c == '-')
+		w->dash = 1;
+	switch (w->state) {
+	case NW_SPACE:
+		if (c_isspace(c))
+			return 0;
+		w->state = NW_DIGITS;
+		if (c == '+' || c == '-') {
+			w->neg = c == '-';
+			if (w->kind == NUM_SIGNED && w->neg)
+				w->lim = 1ULL << 63;
+			return 0;
+		}
+		/* fall through: the first digit */
+	case NW_DIGITS:
+		if (c >= '0' && c <= '9') {
+			if (w->v > (w->lim - (c - '0')) / 10) {
+				w->bad = 1; /* ERANGE */
+				return 1;
+			}
+			w->v = w->v * 10 + (c - '0');
+			w->digits++;
+			return 0;
+		}
+		if (!w->digits || !c_isspace(c)) {
+			w->bad = 1; /* no digits, or junk right after them */
+			return 1;
+		}
+		w->state = NW_AFTER; /* white space: the rest is ignored (but a '-' still counts) */
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* memcached's safe_strtol / safe_strtoul / safe_strtoull on the bytes [start, end) of a token
+ * (the token ends at a space, the line end or a NUL: the C string memcached parses). Leading
+ * white space and a sign are taken, at least one digit must follow, then the token must end or
+ * go on with white space (whatever follows it is ignored). Returns 0 and the 64-bit value in
+ * scratch.num (the caller truncates as memcached does), or -1 where memcached refuses it. */
+static __always_inline int mc_number(__u32 start, __u32 end, __u32 kind)
+{
+	struct scratch *s = get_scratch();
+	struct num_walk *w;
+	__u64 v;
+
+	if (!s || end > SCRATCH_LEN || start >= end)
+		return -1;
+	w = &s->nw;
+	__builtin_memset(w, 0, sizeof(*w));
+	w->start = start;
+	w->end = end;
+	w->kind = kind;
+	w->lim = kind == NUM_SIGNED ? (1ULL << 63) - 1 : ~0ULL;
+	bpf_loop(end - start, num_step, NULL, 0);
+	if (w->bad || !w->digits)
+		return -1;
+	v = w->v;
+	if (w->neg)
+		v = -v;
+	/* safe_strtoul: a value with the sign bit set is refused if the token has a '-' */
+	if (kind != NUM_SIGNED && (__s64)v < 0 && w->dash)
+		return -1;
+	s->num = v;
+	return 0;
+}
+
+/* mc_number of token i. */
+static __always_inline int tok_number(struct scratch *s, __u32 i, __u32 kind)
+{
+	__u32 off;
+
+	if (i >= s->tk.n)
+		return -1;
+	off = s->tk.off[i & TOK_MASK];
+	return mc_number(off, off + s->tk.len[i & TOK_MASK], kind);
 }
 
 /* 64-bit hash of the key at buf[off, off+len), eight bytes at a time (a multiply-xorshift mix per
- * word, seeded with the length). The control plane has the same function (`key_hash`). */
+ * word, seeded with the secret hash_seed and the length). The control plane has the same function
+ * (`inkcache::key_hash`). */
 __noinline __u64 key_hash(__u32 off, __u32 len)
 {
 	struct scratch *s = get_scratch();
-	__u64 h = 0x9E3779B97F4A7C15ULL ^ len;
+	__u64 h = 0x9E3779B97F4A7C15ULL ^ hash_seed ^ len;
 
 	if (!s)
 		return 0;
@@ -175,85 +358,6 @@ static __always_inline int buf_eq(struct scratch *s, __u32 off, const char *lit,
 			return 0;
 	}
 	return 1;
-}
-
-/* What a command token is, for coherence. */
-enum mc_cmd {
-	CMD_UNKNOWN = 0,
-	CMD_GET,       /* get, gets (read-only, keys follow) */
-	CMD_STORE,     /* set add replace append prepend cas: key, then flags exptime bytes [cas] */
-	CMD_DELETE,    /* delete <key> */
-	CMD_TOUCH,     /* touch <key> <exptime> */
-	CMD_ARITH,     /* incr decr <key> <delta>: value changes, expiry does not */
-	CMD_GAT,       /* gat gats: exptime, then keys */
-	CMD_META_SET,  /* ms <key> <datalen> <flags>* */
-	CMD_META_DEL,  /* md <key> <flags>* */
-	CMD_META_GET,  /* mg <key> <flags>*: a write with T, N, E or R */
-	CMD_META_ARITH, /* ma <key> <flags>* */
-	CMD_FLUSH,     /* flush_all */
-	CMD_HARMLESS,  /* stats version verbosity mn me: no data changes */
-	CMD_QUIT,      /* quit: no answer, the server closes */
-};
-
-static __always_inline int classify(struct scratch *s, __u32 off, __u32 n)
-{
-	switch (n) {
-	case 2:
-		if (buf_eq(s, off, "ms", 2))
-			return CMD_META_SET;
-		if (buf_eq(s, off, "md", 2))
-			return CMD_META_DEL;
-		if (buf_eq(s, off, "mg", 2))
-			return CMD_META_GET;
-		if (buf_eq(s, off, "ma", 2))
-			return CMD_META_ARITH;
-		if (buf_eq(s, off, "mn", 2) || buf_eq(s, off, "me", 2))
-			return CMD_HARMLESS;
-		return CMD_UNKNOWN;
-	case 3:
-		if (buf_eq(s, off, "get", 3))
-			return CMD_GET;
-		if (buf_eq(s, off, "set", 3) || buf_eq(s, off, "add", 3) || buf_eq(s, off, "cas", 3))
-			return CMD_STORE;
-		if (buf_eq(s, off, "gat", 3))
-			return CMD_GAT;
-		return CMD_UNKNOWN;
-	case 4:
-		if (buf_eq(s, off, "gets", 4))
-			return CMD_GET;
-		if (buf_eq(s, off, "incr", 4) || buf_eq(s, off, "decr", 4))
-			return CMD_ARITH;
-		if (buf_eq(s, off, "gats", 4))
-			return CMD_GAT;
-		if (buf_eq(s, off, "quit", 4))
-			return CMD_QUIT;
-		return CMD_UNKNOWN;
-	case 5:
-		if (buf_eq(s, off, "touch", 5))
-			return CMD_TOUCH;
-		if (buf_eq(s, off, "stats", 5))
-			return CMD_HARMLESS;
-		return CMD_UNKNOWN;
-	case 6:
-		if (buf_eq(s, off, "append", 6))
-			return CMD_STORE;
-		if (buf_eq(s, off, "delete", 6))
-			return CMD_DELETE;
-		return CMD_UNKNOWN;
-	case 7:
-		if (buf_eq(s, off, "replace", 7) || buf_eq(s, off, "prepend", 7))
-			return CMD_STORE;
-		if (buf_eq(s, off, "version", 7))
-			return CMD_HARMLESS;
-		return CMD_UNKNOWN;
-	case 9:
-		if (buf_eq(s, off, "flush_all", 9))
-			return CMD_FLUSH;
-		if (buf_eq(s, off, "verbosity", 9))
-			return CMD_HARMLESS;
-		return CMD_UNKNOWN;
-	}
-	return CMD_UNKNOWN;
 }
 
 #endif

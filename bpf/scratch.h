@@ -28,6 +28,9 @@ struct walk_state {
 	__u32 skip;            /* bytes of a data block past the end of what was walked */
 	__u32 answers;         /* egress: answers seen */
 	__u32 udp;             /* a UDP request: a write is settled by the answer with its id */
+	__u32 stopped;         /* the server closes the connection after the commands walked */
+	__u32 part;            /* bytes of a cut line carried before the next bytes walked */
+	__u32 long_get;        /* skipping to the end of a get line too long to carry */
 	struct ink_req_key rk; /* the UDP request (client, port, request id) */
 };
 
@@ -41,7 +44,50 @@ struct fill_args {
 	__u32 len;
 	__u32 hdr;             /* VALUE line length, "\r\n" included */
 	__u32 cas;             /* length of " <cas>" at the end of the VALUE line, 0 if none */
+	__u32 flags;           /* WAY_* */
+};
+
+/* A command line split as memcached's tokenize_command splits it (proto_text.c): on single
+ * spaces, empty tokens skipped, the line cut at its first NUL; at most MC_TOKENS - 1 tokens, the
+ * rest of the line (if any) left as a remainder. */
+#define MC_TOKENS 24          /* memcached's MAX_TOKENS */
+#define TOK_SLOTS 32          /* array room for them, a power of two so indexes can be masked */
+#define TOK_MASK  (TOK_SLOTS - 1)
+
+struct mc_tokens {
+	__u16 off[TOK_SLOTS];
+	__u16 len[TOK_SLOTS];
+	__u32 n;                     /* tokens (<= MC_TOKENS - 1); memcached's ntokens is n + 1 */
+	__u32 rest;                  /* offset of the remainder after token MC_TOKENS - 2, or 0 */
+	__u32 end;                   /* end of the line's content (NUL cut, "\r" stripped) */
 	__u32 pad;
+};
+
+/* mc_number's walk over a token, one byte per bpf_loop step (tokens are short, but memcached
+ * takes any number of leading zeros or white space, so the walk is not bounded by a digit count). */
+struct num_walk {
+	__u64 v;
+	__u64 lim;          /* the largest magnitude before ERANGE */
+	__u32 start;
+	__u32 end;
+	__u32 state;        /* NW_* */
+	__u32 neg;
+	__u32 digits;
+	__u32 dash;         /* a '-' anywhere in the token */
+	__u32 kind;
+	int bad;
+};
+
+/* b64_decode_key's walk, one key byte per bpf_loop step. */
+struct b64_walk {
+	__u32 off;          /* the key token */
+	__u32 len;
+	__u32 count;        /* pass 1: bytes in the alphabet */
+	__u32 out;          /* pass 2: where the next decoded byte goes */
+	__u32 block;
+	__u32 n;            /* digits in block */
+	__u32 pad;          /* '=' seen */
+	int bad;
 };
 
 struct scratch {
@@ -53,15 +99,27 @@ struct scratch {
 	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
 	__u32 need;                  /* reply length a lookup would have reached (LK_FULL) */
 	__u32 miss[32];              /* split multi-key gets: the keys that missed, in order */
-	struct pkt pk;               /* TC ingress: the packet being rewritten */
+	struct pkt pk;               /* the packet being handled (XDP, TC ingress): kept off the stack */
 	__u32 nmiss;
 	__u32 miss_end;              /* the get for them being written: its end so far */
 	struct fill_args fa;
 	struct walk_state ws;
+	struct mc_tokens tk;         /* the command line being walked, as memcached tokenizes it */
+	__u64 num;                   /* mc_number: the value parsed */
+	struct num_walk nw;          /* mc_number's state (bpf_loop steps share it) */
+	struct b64_walk bw;          /* b64_decode_key's state */
+	struct {                     /* hint_get: the key's hint; fill_expiry: meta_ok */
+		__u64 v;
+		__u32 meta;
+		__u32 meta_ok;
+	} hint;
+	struct ink_hint hint_new;    /* hint_put: a new ttl_hints entry being built */
 	struct {
 		__u64 exp;             /* table_lookup: the item's expiry */
 		__u32 hdr;             /* its VALUE line length */
 		__u32 cas;             /* length of its " <cas>", 0 if none */
+		__u32 flags;           /* its way's WAY_* */
+		__u32 pad;
 	} lk;
 	struct {                     /* meta get being answered (meta.h) */
 		__u8 flag[8];          /* the flags asked for, in order */

@@ -4,12 +4,12 @@
  *
  * memcached handles a connection's commands in order, applies a write before answering it, and
  * answers every command exactly once (except `noreply`, quiet meta commands and errors, which
- * make the count uncertain). So, followed from its SYN:
- *  - at ingress (XDP) the client's byte stream is walked in order, a command cut by a segment end
- *    carried over to the next segment; every command the server will answer gets the next answer
- *    index, and a write records (answer index, key's set) in the connection's FIFO and counts as
- *    open in the set, which then refuses fills;
- *  - at egress (TC) the server's byte stream is walked the same way, answers counted (a VALUE
+ * make the count uncertain). So, followed from the moment the server accepts it:
+ *  - the client's byte stream is walked in order where the server's socket receives it (the
+ *    sk_skb stream verdict), a command cut by an skb's end carried over to the next; every command
+ *    the server will answer gets the next answer index, and a write records (answer index, key's
+ *    set) in the connection's FIFO and counts as open in the set, which then refuses fills;
+ *  - at egress (cgroup_skb) the server's byte stream is walked the same way, answers counted (a VALUE
  *    line is part of a get's answer, its data skipped by length; END closes it); once answer i
  *    has passed, every write with index <= i is applied, so its set may fill again with replies
  *    to requests that arrive from then on.
@@ -66,8 +66,9 @@ static __always_inline void conn_key(struct scratch *s, struct pkt *p, int to_se
 	}
 }
 
-/* A SYN to the server: follow the connection from the client's sequence number `seq`. */
-__noinline int conn_open(__u32 seq)
+/* A connection to the server, followed from the client's byte `in_seq` and the server's
+ * `out_seq` on, with CONN_* `flags`. */
+__noinline int conn_open(__u32 in_seq, __u32 out_seq, __u32 flags)
 {
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
@@ -94,15 +95,16 @@ __noinline int conn_open(__u32 seq)
 		if (!c)
 			return -1;
 	}
-	c->flags = 0;
+	c->flags = flags;
 	c->gen = (__u32)g->gen;
-	c->in_seq = seq;
+	c->in_seq = in_seq;
 	c->in_busy = 0;
 	c->in_skip = 0;
 	c->in_cmds = 0;
 	c->in_part_len = 0;
+	c->in_long = 0;
 	c->out_busy = 0;
-	c->out_seq = 0;
+	c->out_seq = out_seq;
 	c->out_skip = 0;
 	c->out_answers = 0;
 	c->out_part_len = 0;

@@ -165,7 +165,8 @@ static __always_inline __u32 pick_way(struct ink_set *set, __u32 tag, __u32 klen
 static __always_inline int fill_allowed(struct ink_set *set, struct ink_global *g, __u64 req_ts,
 					__u64 now)
 {
-	if (set->stable_since >= req_ts || g->flush_ns >= req_ts || now < g->fill_block_until)
+	if (set->stable_since >= req_ts || g->flush_ns >= req_ts || now < g->fill_block_until ||
+	    g->blind > 0)
 		return 0;
 	if (set->open && set->gen == (__u32)g->gen && now - set->open_since < settle_max_ns)
 		return 0;
@@ -250,6 +251,7 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 		if ((want_cas & LKM_CAS) && !x->cas_len)
 			break;
 		s->lk.exp = x->expire_ns;
+		s->lk.flags = x->flags;
 		pos = x->pos;
 		len = x->len;
 		hdr = x->hdr_len;
@@ -349,6 +351,7 @@ __noinline int table_fill(void)
 			x->hdr_len = s->fa.hdr;
 			x->key_len = s->fa.klen;
 			x->cas_len = s->fa.cas;
+			x->flags = s->fa.flags;
 		}
 	}
 	bpf_spin_unlock(&set->lock);

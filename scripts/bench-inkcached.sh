@@ -57,7 +57,7 @@ trap 'exit 130' INT TERM
 # Wait while another benchmark or a build would disturb the numbers.
 quiet() {
     local waited=0
-    while pgrep -f "inkbench scenario" >/dev/null || pgrep -x cargo >/dev/null \
+    while pgrep -f "inklab paper" >/dev/null || pgrep -x cargo >/dev/null \
         || pgrep -x rustc >/dev/null; do
         [ $waited = 0 ] && echo "  (waiting: another benchmark or build is running)" >&2
         waited=1
@@ -68,7 +68,7 @@ quiet() {
 DISTURBED=
 disturbed() { # sets DISTURBED if something that disturbs the numbers is running now
     DISTURBED=
-    if pgrep -f "inkbench scenario" >/dev/null || pgrep -x cargo >/dev/null \
+    if pgrep -f "inklab paper" >/dev/null || pgrep -x cargo >/dev/null \
         || pgrep -x rustc >/dev/null; then DISTURBED=1; fi
 }
 

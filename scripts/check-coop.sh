@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The consistency checker against inkcached in cooperative mode (it installs and invalidates the
 # kernel cache itself) behind inkcache attached with --cooperative, in network namespaces.
-# Usage: scripts/check-coop.sh [SECONDS] [extra inkbench check args...]
+# Usage: scripts/check-coop.sh [SECONDS] [extra inkcheck args...]
 # INKCACHED_ARGS adds arguments to inkcached (e.g. "--afxdp IFACE" is added by AFXDP=1).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -33,7 +33,7 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 set +e
-ip netns exec "$CLI" "$BIN/inkbench" check --server 198.18.0.1:11211 --seconds "$SECS" "$@"
+ip netns exec "$CLI" "$BIN/inkcheck" --server 198.18.0.1:11211 --seconds "$SECS" "$@"
 rc=$?
 echo "inkcache stats: $("$BIN/inkcache" --netns "$SRV" stats --iface "$SIF" --json)"
 printf 'stats\r\nquit\r\n' | ip netns exec "$CLI" timeout 2 bash -c \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make check-consistency: the consistency checker against stock memcached with inkcache attached,
-# in network namespaces. Usage: scripts/check.sh [SECONDS] [extra inkbench check args...]
+# in network namespaces. Usage: scripts/check.sh [SECONDS] [extra inkcheck args...]
 # INKCACHE_ATTACH_ARGS adds arguments to `inkcache attach` (e.g. --debug-no-invalidation).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -25,7 +25,7 @@ sleep 0.5
 # shellcheck disable=SC2086
 "$BIN/inkcache" --netns "$SRV" attach --iface "$SIF" ${INKCACHE_ATTACH_ARGS:-}
 set +e
-ip netns exec "$CLI" "$BIN/inkbench" check --server 198.18.0.1:11211 --seconds "$SECS" "$@"
+ip netns exec "$CLI" "$BIN/inkcheck" --server 198.18.0.1:11211 --seconds "$SECS" "$@"
 rc=$?
 echo "inkcache stats: $("$BIN/inkcache" --netns "$SRV" stats --iface "$SIF" --json)"
 exit $rc

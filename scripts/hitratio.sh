@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The kernel table's hit ratio measured with real traffic, next to the model's prediction for the
-# same keys, values and budgets (`inkbench hitratio`).
+# same keys, values and budgets (`inkmodel hitratio`).
 #
 # Usage: scripts/hitratio.sh MIX KEYS MIB [MIB...]
 #   e.g. scripts/hitratio.sh fixed:32 1664406 1 10
@@ -34,7 +34,7 @@ cleanup() {
 trap cleanup EXIT
 
 # the split the model uses: the mix's mean item (the model reports it)
-IB=$("$BIN/inkbench" hitratio --keys "$KEYS" --mix "$MIX" --seed "$SEED" --warmup 0 \
+IB=$("$BIN/inkmodel" hitratio --keys "$KEYS" --mix "$MIX" --seed "$SEED" --warmup 0 \
     --requests 1 --budget-pct 100 --json | jq '.mixes[0].split_item_bytes')
 
 netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
@@ -46,7 +46,7 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 echo "preloading $KEYS keys ($MIX, seed $SEED) ..." >&2
-ip netns exec "$CLI" "$BIN/inkbench" hitratio --preload "$ADDR" --mix "$MIX" --keys "$KEYS" \
+ip netns exec "$CLI" "$BIN/inkmodel" hitratio --preload "$ADDR" --mix "$MIX" --keys "$KEYS" \
     --seed "$SEED" | tee "$OUT/preload.txt" >&2
 
 run_gets() { # SECONDS SEED -> inkbench run JSON
@@ -86,7 +86,7 @@ done
 
 BUDGETS=()
 for MIB in "${MIBS[@]}"; do BUDGETS+=(--budget-mib "$MIB"); done
-"$BIN/inkbench" hitratio --keys "$KEYS" --mix "$MIX" --seed "$SEED" --item-bytes "$IB" \
+"$BIN/inkmodel" hitratio --keys "$KEYS" --mix "$MIX" --seed "$SEED" --item-bytes "$IB" \
     "${BUDGETS[@]}" --json >"$OUT/model.json"
 
 printf '| mix | keys | budget | kernel: hits / (hits + misses + too_big) | kernel: 1 - server gets / client gets | model | kernel resident items | model resident items | promoted per get, kernel / model |\n'

@@ -22,6 +22,26 @@ fn main() {
         })
         .collect();
     names.sort();
+    // the iterators (and only they) are built against the running kernel's BTF
+    let vmlinux = out.join("vmlinux");
+    std::fs::create_dir_all(&vmlinux).unwrap();
+    let btf = Command::new("bpftool")
+        .args([
+            "btf",
+            "dump",
+            "file",
+            "/sys/kernel/btf/vmlinux",
+            "format",
+            "c",
+        ])
+        .output()
+        .expect("running bpftool (make deps installs it) for vmlinux.h");
+    assert!(
+        btf.status.success(),
+        "bpftool btf dump failed: {}",
+        String::from_utf8_lossy(&btf.stderr)
+    );
+    std::fs::write(vmlinux.join("vmlinux.h"), btf.stdout).unwrap();
     for name in &names {
         let src = root.join(format!("{name}.bpf.c"));
         SkeletonBuilder::new()
@@ -29,6 +49,7 @@ fn main() {
             .clang_args([
                 format!("-I/usr/include/{arch}"),
                 format!("-I{}", root.display()),
+                format!("-I{}", vmlinux.display()),
                 "-Wall".to_string(),
                 "-Werror".to_string(),
             ])

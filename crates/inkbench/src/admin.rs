@@ -16,7 +16,7 @@ use crate::workload::Workload;
 const PRELOAD_BATCH: u64 = 128;
 
 /// Reads complete responses from `s` into `out` until `n` have arrived.
-pub(crate) fn read_responses(
+pub fn read_responses(
     s: &mut TcpStream,
     buf: &mut Vec<u8>,
     n: usize,
@@ -43,7 +43,8 @@ pub(crate) fn read_responses(
     Ok(())
 }
 
-pub(crate) fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
+/// A TCP connection for admin traffic (preload, stats), with a read timeout of at least 2 s.
+pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
     let s = crate::tcp::connect(addr, timeout)?;
     s.set_read_timeout(Some(timeout.max(Duration::from_secs(2))))?;
     s.set_write_timeout(Some(timeout.max(Duration::from_secs(2))))?;

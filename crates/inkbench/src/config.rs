@@ -158,82 +158,102 @@ pub(crate) mod secs_f64 {
     }
 }
 
-/// Everything a run needs. Build one with [`RunConfig::new`] and adjust the fields.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// Everything a run needs. Build one with [`RunConfig::new`] and adjust the fields. The fields
+/// are also `inkbench run`'s options (`clap::Args`), so the defaults are declared once, here.
+#[derive(Clone, Debug, Serialize, Deserialize, clap::Args)]
 pub struct RunConfig {
-    /// The server that receives the measured requests.
+    /// Server address, HOST:PORT (IPv6: [::1]:11211).
+    #[arg(long, value_parser = parse_addr)]
     pub server: SocketAddr,
+    /// Transport: udp or tcp.
+    #[arg(long, default_value = "udp")]
     pub proto: Proto,
-    /// Fraction of requests that are gets (0.0..=1.0); the rest are sets.
+    /// Fraction of requests that are gets; the rest are sets.
+    #[arg(long, default_value_t = 0.9)]
     pub get_ratio: f64,
-    /// Number of distinct keys (key ids `0..keys`).
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 10_000)]
     pub keys: u64,
-    /// Length of every key in bytes, prefix included.
+    /// Key length in bytes (prefix "k" + zero-padded id).
+    #[arg(long, default_value_t = 16)]
     pub key_size: usize,
     /// Keys are `<prefix><zero-padded id>`.
+    #[arg(skip = String::from("k"))]
     pub key_prefix: String,
+    /// Value size of sets: N or uniform:MIN:MAX.
+    #[arg(long, default_value = "100")]
     pub value_size: ValueSize,
+    /// Key popularity: uniform or zipf:S.
+    #[arg(long, default_value = "uniform")]
     pub popularity: Popularity,
-    /// Keys per get request (1 = single get).
+    /// Keys per get.
+    #[arg(long, default_value_t = 1)]
     pub multiget: usize,
-    /// TCP: requests outstanding per connection at most.
+    /// TCP: requests outstanding per connection.
+    #[arg(long, default_value_t = 1)]
     pub pipeline: usize,
-    /// TCP connections or UDP sockets, spread over the threads.
+    /// TCP connections or UDP sockets.
+    #[arg(long, default_value_t = 1)]
     pub connections: usize,
-    /// Closed loop: requests outstanding in total (`None`: connections × pipeline for TCP,
-    /// 32 for UDP). Ignored when `rate` is set.
+    /// Closed loop: requests outstanding in total [default: connections x pipeline for TCP,
+    /// 32 for UDP]. Ignored when `rate` is set.
+    #[arg(long, conflicts_with = "rate")]
     pub inflight: Option<usize>,
-    /// Open loop: requests per second in total, sent at precise scheduled times; latency is
-    /// measured from the scheduled time.
+    /// Open loop: requests per second in total, paced by absolute send times (latency is
+    /// measured from the scheduled time).
+    #[arg(long)]
     pub rate: Option<f64>,
+    /// Measured time (10s, 500ms, 2m).
     #[serde(with = "secs_f64")]
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Time before the measurement starts (requests are sent but not counted).
+    /// Unmeasured time before the measurement.
     #[serde(with = "secs_f64")]
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub warmup: Duration,
-    /// Per-request timeout: an unanswered UDP request is counted lost after it.
+    /// Per-request timeout (UDP requests unanswered after it are lost).
     #[serde(with = "secs_f64")]
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub timeout: Duration,
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Set every key once over TCP before the run.
+    #[arg(long)]
     pub preload: bool,
+    #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// TCP address used for the preload and for `stats` (default: `server`).
+    /// TCP address for the preload and stats [default: --server].
+    #[arg(long, value_parser = parse_addr)]
     pub admin: Option<SocketAddr>,
-    /// Read the server's `stats` over TCP before and after the run (best effort).
+    /// Read the server's `stats` over TCP before and after the run (best effort);
+    /// `--no-server-stats` does not.
+    #[arg(long = "no-server-stats", action = clap::ArgAction::SetFalse)]
     pub server_stats: bool,
     /// Exptime of the sets.
+    #[arg(skip)]
     pub exptime: i64,
 }
 
+/// `HOST:PORT`, resolved (IPv6: `[::1]:PORT`).
+pub fn parse_addr(s: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    s.to_socket_addrs()
+        .with_context(|| format!("bad address {s:?} (expected HOST:PORT, [::1]:PORT for IPv6)"))?
+        .next()
+        .with_context(|| format!("{s:?} resolves to no address"))
+}
+
 impl RunConfig {
-    /// Defaults: UDP, 90% gets, 10,000 keys of 16 bytes, 100-byte values, uniform popularity,
-    /// closed loop, 1 connection, 1 thread, 5 s, 1 s warmup, 1 s timeout.
+    /// The command line's defaults against `server`: UDP, 90% gets, 10,000 keys of 16 bytes,
+    /// 100-byte values, uniform popularity, closed loop, 1 connection, 1 thread, 5 s, 1 s
+    /// warmup, 1 s timeout.
     pub fn new(server: SocketAddr) -> Self {
-        RunConfig {
-            server,
-            proto: Proto::Udp,
-            get_ratio: 0.9,
-            keys: 10_000,
-            key_size: 16,
-            key_prefix: "k".into(),
-            value_size: ValueSize::Fixed { bytes: 100 },
-            popularity: Popularity::Uniform,
-            multiget: 1,
-            pipeline: 1,
-            connections: 1,
-            inflight: None,
-            rate: None,
-            duration: Duration::from_secs(5),
-            warmup: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-            seed: 1,
-            preload: false,
-            threads: 1,
-            admin: None,
-            server_stats: true,
-            exptime: 0,
+        #[derive(clap::Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            cfg: RunConfig,
         }
+        <Defaults as clap::Parser>::parse_from(["inkbench", "--server", &server.to_string()]).cfg
     }
 
     /// TCP address for preload and stats.

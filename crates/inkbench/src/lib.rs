@@ -1,6 +1,6 @@
 //! inkbench: a load generator and latency sampler for memcached-protocol servers.
 //!
-//! The engine is a library so that other code (scenario runners, consistency checkers) can call
+//! The engine is a library so that other code (inklab's scenarios, inkmodel's preload) can call
 //! it as a function:
 //!
 //! ```no_run
@@ -15,20 +15,18 @@
 //!
 //! Modules: [`config`] (what to run), [`workload`] (keys, values, the mix), [`zipf`], [`pacer`]
 //! (open-loop schedule), [`udp`] and [`tcp`] (the engines), [`report`] (results),
-//! [`sample`] (the latency sampler), [`admin`] (preload and server stats), [`hitratio`] (cache
-//! policy simulations).
+//! [`sample`] (the latency sampler), [`admin`] (preload and server stats), [`plot`] (SVG).
+//!
+//! The load generator is a load generator: the consistency checker is `inkcheck`, the benchmark
+//! scenarios `inklab`, the table model and hit-ratio simulation `inkmodel`.
 
 pub mod admin;
-pub mod check;
 pub mod config;
-pub mod echo;
 pub mod engine;
-pub mod hitratio;
 pub mod pacer;
 pub mod plot;
 pub mod report;
 pub mod sample;
-pub mod scenario;
 pub mod tcp;
 pub mod udp;
 pub mod workload;
@@ -38,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 
-pub use config::{parse_duration, Popularity, Proto, RunConfig, ValueSize};
+pub use config::{parse_addr, parse_duration, Popularity, Proto, RunConfig, ValueSize};
 pub use engine::RunControl;
 pub use report::{Counters, LatencySummary, RunResults, ServerStats};
 pub use sample::{sample, SampleConfig, SampleRecord, SampleResults};

@@ -18,6 +18,7 @@ fn base(server: std::net::SocketAddr) -> RunConfig {
 
 #[test]
 fn udp_closed_loop_all_replies_match() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let mut c = base(mc.addr);
     c.preload = true;
@@ -40,6 +41,7 @@ fn udp_closed_loop_all_replies_match() {
 
 #[test]
 fn udp_without_preload_counts_misses() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let mut c = base(mc.addr);
     c.get_ratio = 1.0;
@@ -54,6 +56,7 @@ fn udp_without_preload_counts_misses() {
 
 #[test]
 fn udp_multiget_multi_datagram_values_reassembled() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let mut c = base(mc.addr);
     c.preload = true;
@@ -75,6 +78,7 @@ fn udp_multiget_multi_datagram_values_reassembled() {
 
 #[test]
 fn tcp_pipelined_multiget() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let mut c = base(mc.addr);
     c.proto = Proto::Tcp;
@@ -98,6 +102,7 @@ fn tcp_pipelined_multiget() {
 
 #[test]
 fn stray_datagrams_counted_as_unmatched_not_answers() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let proxy = UdpProxy::start(mc.addr, Misbehave::InjectStrays(50));
     let mut c = base(proxy.addr);
@@ -123,6 +128,7 @@ fn stray_datagrams_counted_as_unmatched_not_answers() {
 
 #[test]
 fn udp_losses_counted() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let proxy = UdpProxy::start(mc.addr, Misbehave::DropEveryOther);
     let mut c = base(proxy.addr);
@@ -160,6 +166,7 @@ fn udp_closed_port_all_lost() {
 
 #[test]
 fn open_loop_holds_its_rate() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     for proto in [Proto::Udp, Proto::Tcp] {
         let mut c = base(mc.addr);
@@ -182,6 +189,7 @@ fn open_loop_holds_its_rate() {
 
 #[test]
 fn open_loop_two_threads() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let mut c = base(mc.addr);
     c.rate = Some(3000.0);
@@ -198,10 +206,11 @@ fn open_loop_two_threads() {
 
 #[test]
 fn ipv6_udp_and_tcp() {
-    if std::net::UdpSocket::bind("[::1]:0").is_err() {
-        eprintln!("no IPv6 loopback here: skipped");
-        return;
-    }
+    testkit::require_tool!(common::MEMCACHED);
+    testkit::skip_unless!(
+        std::net::UdpSocket::bind("[::1]:0").is_ok(),
+        "no IPv6 loopback here"
+    );
     let mc = Memcached::start_on("::1");
     for proto in [Proto::Udp, Proto::Tcp] {
         let mut c = base(mc.addr);
@@ -217,6 +226,7 @@ fn ipv6_udp_and_tcp() {
 
 #[test]
 fn stop_ends_the_run_early() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let mut c = base(mc.addr);
     c.duration = Duration::from_secs(30);

@@ -13,6 +13,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_inkbench");
 
 #[test]
 fn sampler_records_every_sample_and_plots() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     for proto in [Proto::Udp, Proto::Tcp] {
         let mut c = SampleConfig::new(mc.addr);
@@ -61,6 +62,7 @@ fn sampler_timeouts_on_silent_port() {
 
 #[test]
 fn sampler_with_background_load() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let mut c = SampleConfig::new(mc.addr);
     c.duration = Duration::from_millis(300);
@@ -81,6 +83,7 @@ fn sampler_with_background_load() {
 
 #[test]
 fn cli_json_has_documented_fields() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let out = Command::new(BIN)
         .args([
@@ -146,6 +149,7 @@ fn cli_json_has_documented_fields() {
 
 #[test]
 fn cli_table_and_errors() {
+    testkit::require_tool!(common::MEMCACHED);
     let mc = Memcached::start();
     let out = Command::new(BIN)
         .args(["run", "--server", &mc.addr.to_string(), "--proto", "tcp"])

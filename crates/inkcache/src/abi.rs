@@ -47,6 +47,10 @@ unsafe impl Pod for crate::skel::xdp::types::ink_global {}
 unsafe impl Pod for crate::skel::xdp::types::ink_set {}
 // SAFETY: as above.
 unsafe impl Pod for crate::skel::xdp::types::ink_way {}
+// SAFETY: as above.
+unsafe impl Pod for crate::skel::xdp::types::ink_conn {}
+// SAFETY: as above.
+unsafe impl Pod for crate::skel::xdp::types::ink_iface {}
 
 /// The bytes of a map value.
 pub fn bytes_of<T: Pod>(v: &T) -> &[u8] {

@@ -39,6 +39,13 @@ int main(void)
 	CONST(SEG_UNITS, "16-byte units per arena segment.");
 	CONST(CONN_FIFO, "Writes per followed connection awaiting their answers.");
 	CONST(PART_MAX, "Bytes of a line cut by a segment end that are carried over.");
+	CONST(IFACES_MAX, "Interfaces in the `ifaces` map.");
+	CONST(IFACE_ADDRS, "Addresses listed per interface.");
+	CONST(IFACE_CSUM_PARTIAL, "struct ink_iface flags: UDP checksums may be left partial.");
+	CONST(IFACE_LOOPBACK, "struct ink_iface flags: the loopback interface.");
+	CONST(ADDR_LOCAL, "struct ink_iface kind: a unicast address of the interface.");
+	CONST(ADDR_HOST, "struct ink_iface kind: another address of the host, or a broadcast.");
+	CONST(CONN_OUT_OK, "struct ink_conn flags: the server's byte numbering is known.");
 	CONST64(EXP_NEVER, "Expiry of an item that never expires.");
 	CONST64(EXP_UNKNOWN, "Expiry of an item that must not be served.");
 	CONST(ST_MAX, "Number of counters.");

@@ -1,7 +1,7 @@
 //! Loading, attaching and detaching.
 use std::{
     mem::MaybeUninit,
-    os::fd::{AsFd, AsRawFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd},
     path::PathBuf,
 };
 
@@ -10,90 +10,21 @@ use ipnet::IpNet;
 use libbpf_rs::{
     libbpf_sys,
     skel::{OpenSkel, Skel, SkelBuilder},
-    MapCore, MapFlags, Object, OpenObject, Program, TcHookBuilder, Xdp, XdpFlags, TC_EGRESS,
-    TC_INGRESS,
+    MapCore, MapFlags, Object, OpenObject, Program, ProgramType, Xdp, XdpFlags,
 };
 
 use crate::{
-    abi::{ITEM_CAP, ITEM_MAX},
+    abi::ITEM_MAX,
     pins::{self, AttachInfo},
-    skel, sys, Error, Layout,
+    skel, sys,
+    tc::{self, Dir},
+    xdp, Error, Layout,
 };
-
-/// TC filter handle and priority of the egress and the ingress program (what detach looks for).
-pub const TC_HANDLE: u32 = 0x1c4c;
-pub const TC_PRIORITY: u32 = 0x1c4c;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum XdpMode {
-    /// Native (driver) mode if the driver supports it, generic otherwise.
-    Auto,
-    Native,
-    Generic,
-}
-
-#[derive(Clone, Debug)]
-pub struct AttachOpts {
-    pub ifaces: Vec<String>,
-    pub ports: Vec<u16>,
-    /// Sources the kernel may answer; empty means each interface's connected subnets.
-    pub allow: Vec<IpNet>,
-    pub cache_mb: u32,
-    /// Expected average item size: splits `cache_mb` between the index and the log.
-    pub item_bytes: u32,
-    pub xdp_mode: XdpMode,
-    /// Oldest fill the kernel serves, in seconds (items whose expiry it cannot know).
-    pub max_age_secs: u64,
-    /// Get requests remembered while waiting for their replies (bounds the `pending` map).
-    pub pending_entries: u32,
-    /// Milliseconds a write the server does not answer (noreply, UDP, connections not followed)
-    /// keeps its key's set from filling (the server's time to apply a write).
-    pub quarantine_ms: u64,
-    /// TCP connections followed so that writes are settled by the server's answers.
-    pub max_conns: u32,
-    /// Seconds after which a write still unanswered no longer blocks fills.
-    pub settle_max_secs: u64,
-    /// Keys whose expiry the kernel remembers (bounds the `ttl_hints` map).
-    pub ttl_hints: u32,
-    /// Sources outside `allow` are answered by the kernel only with replies at most this many
-    /// times the request (UDP payloads); 0: never.
-    pub max_amplification: u32,
-    /// Debug only: never invalidate (lets the consistency checker prove it can fail).
-    pub debug_no_invalidation: bool,
-    /// Debug only: settle every write by the quarantine, never by the server's answer (shows
-    /// what the exact settling adds).
-    pub debug_quarantine_only: bool,
-    /// Debug only: pass partly missing multi-key gets whole instead of splitting them (to
-    /// measure what the split saves).
-    pub debug_no_split: bool,
-    /// Cooperative mode (see crate::coop): the server installs and invalidates; XDP walks no
-    /// mutations, TC egress fills nothing.
-    pub cooperative: bool,
-}
-
-impl Default for AttachOpts {
-    fn default() -> Self {
-        AttachOpts {
-            ifaces: vec![],
-            ports: vec![11211],
-            allow: vec![],
-            cache_mb: 64,
-            item_bytes: crate::layout::DEFAULT_ITEM_BYTES,
-            xdp_mode: XdpMode::Auto,
-            max_age_secs: 60,
-            pending_entries: 65536,
-            quarantine_ms: 1000,
-            max_conns: 4096,
-            settle_max_secs: 60,
-            ttl_hints: 262144,
-            max_amplification: 0,
-            debug_no_invalidation: false,
-            debug_quarantine_only: false,
-            debug_no_split: false,
-            cooperative: false,
-        }
-    }
-}
+pub use crate::{
+    opts::AttachOpts,
+    tc::{TcMode, TC_HANDLE, TC_PRIORITY},
+    xdp::{XdpAttach, XdpMode},
+};
 
 fn probe_helper(prog_type: u32, helper: u32) -> bool {
     // SAFETY: libbpf_probe_bpf_helper only reads its scalar arguments; a null opts is allowed.
@@ -188,48 +119,35 @@ struct Target {
     dir: PathBuf,
 }
 
-impl AttachOpts {
-    /// Refuses options out of range, with the one-line message the CLI prints.
-    pub fn validate(&self) -> Result<()> {
-        if self.ifaces.len() > pins::MAX_GROUP {
-            return Err(Error::Usage(format!(
-                "at most {} interfaces in one attach",
-                pins::MAX_GROUP
-            ))
-            .into());
-        }
-        if self.ports.is_empty() || self.ports.contains(&0) {
-            return Err(Error::Usage("port out of range: ports are 1-65535".into()).into());
-        }
-        if self.cache_mb == 0 || self.cache_mb > crate::layout::CACHE_MB_MAX {
-            return Err(Error::Usage(format!(
-                "--cache-mb must be 1-{}",
-                crate::layout::CACHE_MB_MAX
-            ))
-            .into());
-        }
-        if !(16..=ITEM_CAP as u32).contains(&self.item_bytes) {
-            return Err(Error::Usage(format!("--item-bytes must be 16-{ITEM_CAP}")).into());
-        }
-        Ok(())
-    }
+/// A secret seed for the key hash (so that nobody can pick keys that share an index set).
+fn random_seed() -> Result<u64> {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("reading /dev/urandom")?;
+    Ok(u64::from_ne_bytes(b))
 }
 
-/// Storage for the four objects of an attachment (the skeletons borrow it while they live).
+/// Storage for the objects of an attachment (the skeletons borrow it while they live).
 pub struct ObjStorage {
     xdp: MaybeUninit<OpenObject>,
-    tc: MaybeUninit<OpenObject>,
     tc_ingress: MaybeUninit<OpenObject>,
+    requests: MaybeUninit<OpenObject>,
+    answers: MaybeUninit<OpenObject>,
     sock: MaybeUninit<OpenObject>,
+    iter: MaybeUninit<OpenObject>,
 }
 
 impl Default for ObjStorage {
     fn default() -> Self {
         ObjStorage {
             xdp: MaybeUninit::uninit(),
-            tc: MaybeUninit::uninit(),
             tc_ingress: MaybeUninit::uninit(),
+            requests: MaybeUninit::uninit(),
+            answers: MaybeUninit::uninit(),
             sock: MaybeUninit::uninit(),
+            iter: MaybeUninit::uninit(),
         }
     }
 }
@@ -239,9 +157,11 @@ impl Default for ObjStorage {
 /// run them on crafted packets (`BPF_PROG_TEST_RUN`).
 pub struct Loaded<'obj> {
     pub xdp: skel::xdp::InkcacheXdpSkel<'obj>,
-    pub tc_egress: skel::tc::InkcacheTcSkel<'obj>,
     pub tc_ingress: skel::tc_ingress::InkcacheTcIngressSkel<'obj>,
+    pub requests: skel::requests::InkcacheRequestsSkel<'obj>,
+    pub answers: skel::answers::InkcacheAnswersSkel<'obj>,
     pub sock: skel::sock::InkcacheSockSkel<'obj>,
+    pub iter: skel::iter::InkcacheIterSkel<'obj>,
     pub layout: Layout,
 }
 
@@ -252,7 +172,20 @@ pub fn load<'obj>(
     allow: &[IpNet],
     st: &'obj mut ObjStorage,
 ) -> Result<Loaded<'obj>> {
+    load_as(opts, allow, st, None)
+}
+
+/// [`load`], with the XDP program loaded as an extension (freplace) of function `ext.1` of the
+/// XDP dispatcher `ext.0` when `ext` is given.
+fn load_as<'obj>(
+    opts: &AttachOpts,
+    allow: &[IpNet],
+    st: &'obj mut ObjStorage,
+    ext: Option<(BorrowedFd<'_>, String)>,
+) -> Result<Loaded<'obj>> {
     let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
+    let seed = opts.hash_seed.map_or_else(random_seed, Ok)?;
+    let netns_cookie = sys::netns_cookie().unwrap_or(0);
     // Every object compiles bpf/config.h (each has its own generated rodata type, hence a macro).
     macro_rules! set_config {
         ($open:ident, $what:literal) => {{
@@ -271,6 +204,8 @@ pub fn load<'obj>(
             ro.max_amplification = opts.max_amplification;
             ro.no_split = opts.debug_no_split as u32;
             ro.coop_mode = opts.cooperative as u32;
+            ro.hash_seed = seed;
+            ro.netns_cookie = netns_cookie;
         }};
     }
 
@@ -284,36 +219,56 @@ pub fn load<'obj>(
     m.ttl_hints.set_max_entries(opts.ttl_hints.max(1024))?;
     m.pending.set_max_entries(opts.pending_entries.max(1024))?;
     m.conns.set_max_entries(opts.max_conns.max(16))?;
+    m.conn_socks
+        .set_max_entries(opts.max_sockets.max(opts.max_conns).max(16))?;
     m.udp_writes
         .set_max_entries(opts.pending_entries.max(1024))?;
+    if let Some((disp, func)) = ext {
+        let p = &mut xopen.progs.inkcache_xdp;
+        p.set_prog_type(ProgramType::Ext);
+        p.set_attach_type(libbpf_rs::ProgramAttachType::CgroupInetIngress); // 0: none
+        p.set_attach_target(disp.as_raw_fd(), Some(func))?;
+    }
     let xdp = xopen.load().map_err(|e| load_err("XDP", e))?;
 
-    let mut topen = skel::tc::InkcacheTcSkelBuilder::default()
-        .open(&mut st.tc)
-        .context("opening the TC object")?;
-    set_config!(topen, "TC");
-    share_maps(xdp.object(), topen.open_object_mut(), &[])?;
-    let tc_egress = topen.load().map_err(|e| load_err("TC", e))?;
-
-    let mut iopen = skel::tc_ingress::InkcacheTcIngressSkelBuilder::default()
-        .open(&mut st.tc_ingress)
-        .context("opening the TC ingress object")?;
-    set_config!(iopen, "TC ingress");
-    share_maps(xdp.object(), iopen.open_object_mut(), &[])?;
-    let tc_ingress = iopen.load().map_err(|e| load_err("TC ingress", e))?;
-
-    let mut sopen = skel::sock::InkcacheSockSkelBuilder::default()
-        .open(&mut st.sock)
-        .context("opening the socket-hook object")?;
-    set_config!(sopen, "socket-hook");
-    sopen
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .context("socket-hook object has no rodata")?
-        .netns_cookie = sys::netns_cookie().unwrap_or(0);
-    share_maps(xdp.object(), sopen.open_object_mut(), &["server_socks"])?;
-    let sock = sopen.load().map_err(|e| load_err("socket-hook", e))?;
+    // the other objects work on the XDP object's maps (one cache), each with its own scratch
+    macro_rules! load_shared {
+        ($builder:ty, $store:expr, $what:literal) => {{
+            let mut open = <$builder>::default().open($store).context(concat!(
+                "opening the ",
+                $what,
+                " object"
+            ))?;
+            set_config!(open, $what);
+            share_maps(xdp.object(), open.open_object_mut(), &[])?;
+            open.load().map_err(|e| load_err($what, e))?
+        }};
+    }
+    let tc_ingress = load_shared!(
+        skel::tc_ingress::InkcacheTcIngressSkelBuilder,
+        &mut st.tc_ingress,
+        "TC ingress"
+    );
+    let requests = load_shared!(
+        skel::requests::InkcacheRequestsSkelBuilder,
+        &mut st.requests,
+        "requests"
+    );
+    let answers = load_shared!(
+        skel::answers::InkcacheAnswersSkelBuilder,
+        &mut st.answers,
+        "answers"
+    );
+    let sock = load_shared!(
+        skel::sock::InkcacheSockSkelBuilder,
+        &mut st.sock,
+        "socket-hook"
+    );
+    let iter = load_shared!(
+        skel::iter::InkcacheIterSkelBuilder,
+        &mut st.iter,
+        "iterator"
+    );
 
     // Absolute exptimes are unix times; the programs keep time with CLOCK_MONOTONIC.
     {
@@ -340,9 +295,11 @@ pub fn load<'obj>(
     }
     Ok(Loaded {
         xdp,
-        tc_egress,
         tc_ingress,
+        requests,
+        answers,
         sock,
+        iter,
         layout,
     })
 }
@@ -376,50 +333,72 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
             allow.extend(sys::connected_subnets(&t.iface)?);
         }
     }
-    let mut storage = ObjStorage::default();
-    let loaded = load(opts, &allow, &mut storage)?;
-
-    // The server (re)starting or stopping empties the cache: hooks on the root cgroup v2 see every
-    // bind and release on the host; the programs keep to the server's namespace and ports.
-    let cgroup = sys::cgroup2_root()?;
-    let cg = std::fs::File::open(&cgroup)
-        .with_context(|| format!("opening cgroup {}", cgroup.display()))?;
-    let sp = &loaded.sock.progs;
-    let links = [
-        (
-            "link_bind4",
-            sp.inkcache_bind4.attach_cgroup(cg.as_raw_fd()),
-        ),
-        (
-            "link_bind6",
-            sp.inkcache_bind6.attach_cgroup(cg.as_raw_fd()),
-        ),
-        (
-            "link_release",
-            sp.inkcache_release.attach_cgroup(cg.as_raw_fd()),
-        ),
-    ];
-    let mut cg_links = Vec::new();
-    for (name, l) in links {
-        let l = l.map_err(|e| {
-            Error::KernelLacks(format!(
-                "cgroup socket hooks ({name}: {e}; needs Linux 5.9+)"
-            ))
-        })?;
-        cg_links.push((name, l));
+    // Alone, or through a libxdp dispatcher per interface (built now, with a slot for inkcache:
+    // the XDP program is loaded as an extension of the first one and linked to the others).
+    let shared = match opts.xdp_attach {
+        XdpAttach::Single => false,
+        XdpAttach::Dispatcher => {
+            if !xdp::freplace_supported() {
+                return Err(Error::KernelLacks(
+                    "extension (freplace) programs, which an XDP dispatcher needs".into(),
+                )
+                .into());
+            }
+            true
+        }
+        XdpAttach::Auto => xdp::freplace_supported(),
+    };
+    let _lock = if shared {
+        Some(xdp::Lock::acquire()?)
+    } else {
+        None
+    };
+    let mut dstore: Vec<MaybeUninit<OpenObject>> =
+        targets.iter().map(|_| MaybeUninit::uninit()).collect();
+    let mut plans: Vec<Option<xdp::NewDispatcher<'_>>> = Vec::new();
+    for (t, st) in targets.iter().zip(dstore.iter_mut()) {
+        if !shared {
+            plans.push(None);
+            continue;
+        }
+        let cur = match xdp::read(t.ifindex)? {
+            xdp::Current::Nothing => None,
+            xdp::Current::Dispatcher(d) => Some(d),
+            xdp::Current::Other { id, name, why } => {
+                return Err(Error::Usage(format!(
+                    "{} already has an XDP program ({name}, id {id}: {why}); inkcache shares an interface only through a libxdp dispatcher (load the other program with xdp-loader)",
+                    t.iface
+                ))
+                .into())
+            }
+        };
+        plans.push(Some(xdp::NewDispatcher::adding(
+            st,
+            t.ifindex,
+            cur,
+            "inkcache_xdp",
+            opts.xdp_priority,
+        )?));
     }
+    let mut storage = ObjStorage::default();
+    let ext = plans.iter().flatten().next().map(|d| d.target());
+    let loaded = load_as(opts, &allow, &mut storage, ext)?;
+
+    let cg_links = attach_server_hooks(&loaded)?;
 
     let group: Vec<String> = targets.iter().map(|t| t.iface.clone()).collect();
     let mut done: Vec<AttachInfo> = Vec::new();
-    for t in &targets {
+    for (t, plan) in targets.iter().zip(plans) {
         let progs = Progs {
             xdp: &loaded.xdp.progs.inkcache_xdp,
-            tc_egress: &loaded.tc_egress.progs.inkcache_tc_egress,
             tc_ingress: &loaded.tc_ingress.progs.inkcache_tc_ingress,
+            requests: &loaded.requests.progs.inkcache_stream,
+            answers: &loaded.answers.progs.inkcache_answers,
         };
         let r = attach_one(
             opts,
             t,
+            plan,
             &loaded.xdp,
             &progs,
             &cg_links,
@@ -439,6 +418,66 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
         }
     }
     Ok(done)
+}
+
+/// Hooks the programs that follow the server's sockets, on the root cgroup v2 (they see every
+/// socket of the host and keep to the server's namespace and ports), before any interface is
+/// attached: the server (re)starting or stopping empties the cache, each TCP connection it accepts
+/// is followed (socket ops put it in conn_socks, whose stream verdict walks its bytes), UDP
+/// requests are walked at cgroup ingress and the server's answers at cgroup egress. Then the
+/// iterators take in what already exists: the server's sockets, and its established connections.
+/// Returns the cgroup links (pinned by `attach_one`: they live as long as any attachment of the
+/// group).
+fn attach_server_hooks(loaded: &Loaded<'_>) -> Result<Vec<(&'static str, libbpf_rs::Link)>> {
+    let cgroup = sys::cgroup2_root()?;
+    let cg = std::fs::File::open(&cgroup)
+        .with_context(|| format!("opening cgroup {}", cgroup.display()))?;
+    let fd = cg.as_raw_fd();
+    // the stream verdict first: every socket put in the sockhash is walked from its first byte
+    loaded
+        .requests
+        .progs
+        .inkcache_stream
+        .attach_sockmap(loaded.xdp.maps.conn_socks.as_fd().as_raw_fd())
+        .map_err(|e| Error::KernelLacks(format!("a sockhash stream verdict ({e})")))?;
+    let sp = &loaded.sock.progs;
+    let links = [
+        ("link_bind4", sp.inkcache_bind4.attach_cgroup(fd)),
+        ("link_bind6", sp.inkcache_bind6.attach_cgroup(fd)),
+        ("link_release", sp.inkcache_release.attach_cgroup(fd)),
+        ("link_sockops", sp.inkcache_sockops.attach_cgroup(fd)),
+        (
+            "link_requests",
+            loaded
+                .requests
+                .progs
+                .inkcache_udp_requests
+                .attach_cgroup(fd),
+        ),
+        (
+            "link_answers",
+            loaded.answers.progs.inkcache_answers.attach_cgroup(fd),
+        ),
+    ];
+    let mut cg_links = Vec::new();
+    for (name, l) in links {
+        let l = l.map_err(|e| {
+            Error::KernelLacks(format!("cgroup hooks ({name}: {e}; needs Linux 5.9+)"))
+        })?;
+        cg_links.push((name, l));
+    }
+    for (what, prog) in [
+        ("TCP", &loaded.iter.progs.inkcache_iter_tcp),
+        ("UDP", &loaded.iter.progs.inkcache_iter_udp),
+    ] {
+        let link = prog
+            .attach_iter_with_opts(libbpf_rs::IterOpts::None)
+            .with_context(|| format!("the {what} socket iterator"))?;
+        let mut it = libbpf_rs::Iter::new(&link)?;
+        std::io::copy(&mut it, &mut std::io::sink())
+            .with_context(|| format!("running the {what} socket iterator"))?;
+    }
+    Ok(cg_links)
 }
 
 /// Hands `to` every map of `from` it also defines (same name), so that both objects work on one
@@ -471,64 +510,19 @@ fn lpm_key(net: &IpNet) -> Vec<u8> {
     k
 }
 
-fn xdp_attach(prog: &Program<'_>, t: &Target, mode: XdpMode) -> Result<&'static str> {
-    let x = Xdp::new(prog.as_fd());
-    let q = x
-        .query(t.ifindex as i32, XdpFlags::NONE)
-        .context("querying XDP programs")?;
-    let existing = [q.prog_id, q.drv_prog_id, q.skb_prog_id, q.hw_prog_id];
-    if let Some(&id) = existing.iter().find(|&&id| id != 0) {
-        return Err(Error::XdpBusy {
-            iface: t.iface.clone(),
-            id,
-        }
-        .into());
-    }
-    let try_mode =
-        |flags: XdpFlags| x.attach(t.ifindex as i32, flags | XdpFlags::UPDATE_IF_NOEXIST);
-    match mode {
-        XdpMode::Native => try_mode(XdpFlags::DRV_MODE)
-            .map(|_| "native")
-            .map_err(|e| anyhow::anyhow!("{}: native XDP attach failed: {e}", t.iface)),
-        XdpMode::Generic => try_mode(XdpFlags::SKB_MODE)
-            .map(|_| "generic")
-            .map_err(|e| anyhow::anyhow!("{}: generic XDP attach failed: {e}", t.iface)),
-        XdpMode::Auto => match try_mode(XdpFlags::DRV_MODE) {
-            Ok(()) => Ok("native"),
-            Err(_) => try_mode(XdpFlags::SKB_MODE)
-                .map(|_| "generic")
-                .map_err(|e| anyhow::anyhow!("{}: XDP attach failed: {e}", t.iface)),
-        },
-    }
-}
-
 /// The programs attached to each interface.
 struct Progs<'a, 'obj> {
     xdp: &'a Program<'obj>,
-    tc_egress: &'a Program<'obj>,
     tc_ingress: &'a Program<'obj>,
-}
-
-/// Our clsact filter (fixed handle and priority) on one interface's ingress or egress.
-fn tc_hook(
-    fd: std::os::fd::BorrowedFd<'_>,
-    ifindex: u32,
-    handle: u32,
-    priority: u32,
-    at: libbpf_rs::TcAttachPoint,
-) -> libbpf_rs::TcHook {
-    TcHookBuilder::new(fd)
-        .ifindex(ifindex as i32)
-        .replace(false)
-        .handle(handle)
-        .priority(priority)
-        .hook(at)
+    requests: &'a Program<'obj>,
+    answers: &'a Program<'obj>,
 }
 
 #[allow(clippy::too_many_arguments)]
 fn attach_one(
     opts: &AttachOpts,
     t: &Target,
+    plan: Option<xdp::NewDispatcher<'_>>,
     xskel: &skel::xdp::InkcacheXdpSkel<'_>,
     progs: &Progs<'_, '_>,
     cg_links: &[(&str, libbpf_rs::Link)],
@@ -536,39 +530,39 @@ fn attach_one(
     allow: &[IpNet],
     group: &[String],
 ) -> Result<AttachInfo> {
-    let (xprog, tprog, iprog) = (progs.xdp, progs.tc_egress, progs.tc_ingress);
+    let (xprog, iprog) = (progs.xdp, progs.tc_ingress);
+    let tc_mode = tc::resolve(opts.tc_mode, t.ifindex)?;
+    // what the interface is (MAC, addresses), for "would the host deliver this?" (bpf/host.h)
+    crate::host::publish(&xskel.maps.ifaces, t.ifindex, &t.iface)?;
     // TC ingress first: it only answers what XDP hands over, so it must be there when XDP starts.
-    let mut ingress = tc_hook(iprog.as_fd(), t.ifindex, TC_HANDLE, TC_PRIORITY, TC_INGRESS);
-    ingress
-        .create()
-        .with_context(|| format!("{}: creating the clsact qdisc", t.iface))?;
-    ingress
-        .attach()
-        .map_err(|e| anyhow::anyhow!("{}: attaching the TC ingress program: {e}", t.iface))?;
-    let mode = match xdp_attach(xprog, t, opts.xdp_mode) {
+    let ingress = tc::attach(iprog.as_fd(), t.ifindex, &t.iface, Dir::Ingress, tc_mode)?;
+    let shared = plan.is_some();
+    let xdp_id = Program::id_from_fd(xprog.as_fd())?;
+    let xdp_how = if shared { "dispatcher" } else { "single" };
+    let attached = match plan {
+        Some(nd) => xdp::attach_dispatched(nd, xprog.as_fd(), &t.iface, opts.xdp_mode),
+        None => xdp::attach_single(xprog.as_fd(), t.ifindex, &t.iface, opts.xdp_mode),
+    };
+    let mode = match attached {
         Ok(m) => m,
         Err(e) => {
-            let _ = ingress.detach();
+            ingress.undo();
             return Err(e);
         }
     };
-    let mut egress = tc_hook(tprog.as_fd(), t.ifindex, TC_HANDLE, TC_PRIORITY, TC_EGRESS);
-    if let Err(e) = egress.attach() {
-        let _ = Xdp::new(xprog.as_fd()).detach(t.ifindex as i32, XdpFlags::NONE);
-        let _ = ingress.detach();
-        return Err(anyhow::anyhow!(
-            "{}: attaching the TC egress program: {e}",
-            t.iface
-        ));
-    }
 
     let info = AttachInfo {
         iface: t.iface.clone(),
         ifindex: t.ifindex,
-        netns: sys::netns_name().map(str::to_string),
+        netns: sys::netns_name(),
+        netns_cookie: sys::netns_cookie().unwrap_or(0),
         xdp_mode: mode.into(),
-        xdp_prog_id: Program::id_from_fd(xprog.as_fd())?,
-        tc_prog_id: Program::id_from_fd(tprog.as_fd())?,
+        xdp_attach: xdp_how.into(),
+        xdp_priority: if shared { opts.xdp_priority } else { 0 },
+        tc_mode: tc_mode.into(),
+        xdp_prog_id: xdp_id,
+        requests_prog_id: Program::id_from_fd(progs.requests.as_fd())?,
+        answers_prog_id: Program::id_from_fd(progs.answers.as_fd())?,
         tc_ingress_prog_id: Program::id_from_fd(iprog.as_fd())?,
         tc_handle: TC_HANDLE,
         tc_priority: TC_PRIORITY,
@@ -584,6 +578,17 @@ fn attach_one(
         max_conns: opts.max_conns,
         settle_max_secs: opts.settle_max_secs,
         cooperative: opts.cooperative,
+        coop_seed: if opts.cooperative {
+            Some(
+                xskel
+                    .maps
+                    .rodata_data
+                    .context("XDP object has no rodata")?
+                    .hash_seed,
+            )
+        } else {
+            None
+        },
         group: group.to_vec(),
     };
     let pin = || -> Result<()> {
@@ -601,32 +606,23 @@ fn attach_one(
             pin_fd(map.as_fd(), &t.dir.join(name))?;
         }
         pin_fd(xprog.as_fd(), &t.dir.join("xdp"))?;
-        pin_fd(tprog.as_fd(), &t.dir.join("tc_egress"))?;
         pin_fd(iprog.as_fd(), &t.dir.join("tc_ingress"))?;
+        ingress.pin(&t.dir, Dir::Ingress)?;
         let slot = group.iter().position(|g| *g == t.iface).unwrap_or(0);
         pins::write_info(&m.meta, slot, &info)
     };
     if let Err(e) = pin() {
-        let _ = detach_info(&info, &t.dir);
-        // the pins did not all make it: detach_info cannot find what it has no pin for
-        let _ = ingress.detach();
+        let _ = xdp::detach(t.ifindex, xdp_how, mode, xprog.as_fd(), xdp_id);
+        ingress.undo();
+        let _ = pins::remove_dir(&t.dir);
         return Err(e);
     }
+    // pinned: the links live on in bpffs
+    drop(ingress);
     Ok(info)
 }
 
-/// Pins a map or program fd at `path` in bpffs.
-fn pin_fd(fd: std::os::fd::BorrowedFd<'_>, path: &std::path::Path) -> Result<()> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
-    // SAFETY: `fd` is a live BPF object fd for the duration of the borrow, and `c` is a
-    // NUL-terminated path that outlives the call.
-    let r = unsafe { libbpf_sys::bpf_obj_pin(fd.as_raw_fd(), c.as_ptr()) };
-    if r != 0 {
-        return Err(std::io::Error::from_raw_os_error(-r))
-            .with_context(|| format!("pinning {}", path.display()));
-    }
-    Ok(())
-}
+use xdp::pin_fd;
 
 /// Removes what `attach` put on `iface` (its XDP program, its TC filter, its pins) and nothing else.
 pub fn detach(iface: &str) -> Result<AttachInfo> {
@@ -644,64 +640,53 @@ pub fn detach(iface: &str) -> Result<AttachInfo> {
 fn detach_info(info: &AttachInfo, dir: &std::path::Path) -> Result<()> {
     // The interface may be gone (then the kernel already removed the attachments) or renumbered,
     // or its namespace may be gone (then we are not in it).
-    let here = sys::netns_name().is_none() || info.netns.as_deref() == sys::netns_name();
-    let ns_alive =
-        sys::netns_name().is_none_or(|n| std::path::Path::new("/run/netns").join(n).exists());
-    if here && ns_alive && sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
-        let ifindex = info.ifindex as i32;
+    if pins::in_this_netns(info) && sys::ifindex(&info.iface).ok() == Some(info.ifindex) {
         if let Ok(fd) = Program::fd_from_pinned_path(dir.join("xdp")) {
-            let x = Xdp::new(fd.as_fd());
-            let q = x.query(ifindex, XdpFlags::NONE)?;
-            let flags = if info.xdp_mode == "generic" {
-                XdpFlags::SKB_MODE
-            } else {
-                XdpFlags::DRV_MODE
-            };
-            let current = if info.xdp_mode == "generic" {
-                q.skb_prog_id
-            } else {
-                q.drv_prog_id
-            };
-            if current == info.xdp_prog_id {
-                // Detach only if ours is still the one attached (XDP_FLAGS_REPLACE with old fd).
-                let opts = libbpf_sys::bpf_xdp_attach_opts {
-                    sz: std::mem::size_of::<libbpf_sys::bpf_xdp_attach_opts>() as _,
-                    old_prog_fd: fd.as_raw_fd(),
-                    ..Default::default()
-                };
-                // SAFETY: plain syscall wrapper; `opts` is a valid, sized struct living across the
-                // call and `old_prog_fd` is an open fd owned by `fd`.
-                let r = unsafe {
-                    libbpf_sys::bpf_xdp_detach(ifindex, (flags | XdpFlags::REPLACE).bits(), &opts)
-                };
-                if r != 0 {
-                    return Err(std::io::Error::from_raw_os_error(-r))
-                        .with_context(|| format!("{}: detaching the XDP program", info.iface));
-                }
-            }
-        }
-        for (pin, prog_id, at, what) in [
-            ("tc_egress", info.tc_prog_id, TC_EGRESS, "egress"),
-            ("tc_ingress", info.tc_ingress_prog_id, TC_INGRESS, "ingress"),
-        ] {
-            let Ok(fd) = Program::fd_from_pinned_path(dir.join(pin)) else {
-                continue;
-            };
-            let mut hook = tc_hook(
-                fd.as_fd(),
+            xdp::detach(
                 info.ifindex,
-                info.tc_handle,
-                info.tc_priority,
-                at,
-            );
-            // only if the filter there is still ours
-            if prog_id != 0 && hook.query().ok() == Some(prog_id) {
-                hook.detach()
-                    .with_context(|| format!("{}: detaching the TC {what} program", info.iface))?;
-            }
+                &info.xdp_attach,
+                &info.xdp_mode,
+                fd.as_fd(),
+                info.xdp_prog_id,
+            )
+            .with_context(|| format!("{}: detaching the XDP program", info.iface))?;
         }
+        tc::detach(
+            dir,
+            "tc_ingress",
+            info.ifindex,
+            &info.iface,
+            Dir::Ingress,
+            &info.tc_mode,
+            info.tc_ingress_prog_id,
+        )?;
     }
     pins::remove_dir(dir)
+}
+
+/// Whether each part of the attachment pinned at `dir` is still in place: (XDP on the interface,
+/// the hooks on the server's sockets, TC ingress on the interface).
+pub fn attached(info: &AttachInfo, dir: &std::path::Path) -> (bool, bool, bool) {
+    if sys::ifindex(&info.iface).ok() != Some(info.ifindex) {
+        return (false, false, false);
+    }
+    let i = info.ifindex;
+    // the hooks on the server's sockets live as long as their pinned links
+    let hooks = ["link_sockops", "link_requests", "link_answers"]
+        .iter()
+        .all(|l| dir.join(l).exists());
+    (
+        xdp::is_attached(i, &info.xdp_attach, info.xdp_prog_id),
+        hooks,
+        tc::is_attached(
+            dir,
+            "tc_ingress",
+            i,
+            Dir::Ingress,
+            &info.tc_mode,
+            info.tc_ingress_prog_id,
+        ),
+    )
 }
 
 /// Attaches a pass-through XDP program to the peer end of a veth pair (needed for XDP_TX replies

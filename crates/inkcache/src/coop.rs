@@ -1,6 +1,6 @@
 //! Cooperative mode, user side: a server that knows its own writes (inkcached) installs and
 //! invalidates kernel cache entries itself, through [`KernelCache`], instead of the kernel
-//! learning them from replies at TC egress.
+//! learning them from the server's replies (cgroup_skb egress).
 //!
 //! Also what such a server needs to find an attachment: [`find_attachment`].
 
@@ -59,11 +59,7 @@ pub const BATCH: usize = 64;
 const OP_INSTALL: u32 = 1;
 const OP_INVALIDATE: u32 = 2;
 const OP_FLUSH: u32 = 3;
-/// Largest item the kernel stores (`ITEM_CAP` in bpf/inkcache_common.h).
-pub const ITEM_CAP: usize = 1392;
-/// Largest item without its " <cas>" (`ITEM_MAX`).
-pub const ITEM_MAX: usize = 1400 - 8 - 5;
-const KEY_MAX: usize = 250;
+use crate::abi::{ITEM_CAP, ITEM_MAX, KEY_MAX};
 
 type Op = sk::types::coop_op;
 
@@ -133,6 +129,10 @@ impl KernelCache {
             ro.quarantine_ns = info.quarantine_ms.saturating_mul(1_000_000);
             ro.settle_max_ns = info.settle_max_secs.saturating_mul(1_000_000_000);
             ro.coop_mode = 1;
+            ro.hash_seed = info
+                .coop_seed
+                .context("the attachment has no key hash seed (attached by an older inkcache)")?;
+            ro.netns_cookie = info.netns_cookie;
         }
         open.maps
             .coop_ops

@@ -8,8 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::skel::xdp::types::{ink_seg, ink_set};
 
-pub mod model;
-
 /// Ways per index set (`WAYS`).
 pub const WAYS: u32 = crate::abi::WAYS as u32;
 /// Bytes of one index set (`struct ink_set`).

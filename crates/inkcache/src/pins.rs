@@ -17,12 +17,14 @@ pub const MAPS: &[&str] = &[
     "arena",
     "ttl_hints",
     "conns",
+    "conn_socks",
     "udp_writes",
     "stats",
     "ports",
     "allow",
     "pending",
     "global",
+    "ifaces",
     "meta",
     // the AF_XDP hand-off to inkcached (bpf/xsk.h)
     "xsks",
@@ -35,19 +37,39 @@ pub const MAPS: &[&str] = &[
 pub struct AttachInfo {
     pub iface: String,
     pub ifindex: u32,
-    /// Network namespace (a name under /run/netns) given with `--netns`.
+    /// Network namespace (a name under /run/netns): given with `--netns`, or the one `ip netns
+    /// exec` ran inkcache in.
     pub netns: Option<String>,
+    /// The network namespace's cookie (unique while the system runs; 0 if unknown): tells
+    /// attachments of unnamed namespaces apart.
+    #[serde(default)]
+    pub netns_cookie: u64,
     /// "native" or "generic".
     pub xdp_mode: String,
     pub xdp_prog_id: u32,
-    /// The TC egress program (fills the cache from replies).
-    pub tc_prog_id: u32,
+    /// The program that walks the requests the server receives (its TCP stream verdict; the UDP
+    /// one is in the same object).
+    #[serde(default)]
+    pub requests_prog_id: u32,
+    /// The program that follows the server's answers (cgroup egress: fills, settling).
+    #[serde(default)]
+    pub answers_prog_id: u32,
     /// The TC ingress program (answers what XDP had no room for); 0 in records from before it.
     #[serde(default)]
     pub tc_ingress_prog_id: u32,
     /// Handle and priority of both TC filters (clsact egress and ingress).
     pub tc_handle: u32,
     pub tc_priority: u32,
+    /// How the XDP program is attached: "single" (alone) or "dispatcher" (a libxdp dispatcher,
+    /// shared with other programs).
+    #[serde(default = "single")]
+    pub xdp_attach: String,
+    /// Run priority in the dispatcher (0 when alone).
+    #[serde(default)]
+    pub xdp_priority: u32,
+    /// How the TC programs are attached: "tcx" (links) or "clsact" (filters).
+    #[serde(default = "clsact")]
+    pub tc_mode: String,
     pub ports: Vec<u16>,
     pub allow: Vec<String>,
     /// Sources outside `allow` get kernel replies of at most this many times their request (0:
@@ -71,6 +93,26 @@ pub struct AttachInfo {
     /// Cooperative mode (the server installs and invalidates entries itself).
     #[serde(default)]
     pub cooperative: bool,
+    /// Cooperative mode only: the key hash's secret seed, for the server's own program (see
+    /// crate::coop). Stored with the pins (root only); `status` leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coop_seed: Option<u64>,
+}
+
+/// Whether `info` was attached in the network namespace the calling thread runs in.
+pub fn in_this_netns(info: &AttachInfo) -> bool {
+    match sys::netns_cookie() {
+        Some(here) if info.netns_cookie != 0 => info.netns_cookie == here,
+        _ => info.netns == sys::netns_name() && sys::in_named_netns(),
+    }
+}
+
+fn single() -> String {
+    "single".into()
+}
+
+fn clsact() -> String {
+    "clsact".into()
 }
 
 pub fn root() -> PathBuf {
@@ -80,10 +122,16 @@ pub fn root() -> PathBuf {
 /// `/sys/fs/bpf/inkcache/<iface>`, or `<iface>@<netns>` when run with `--netns` (interface names
 /// are per namespace, bpffs is not).
 pub fn dir_for(iface: &str) -> Result<PathBuf> {
-    Ok(root().join(match sys::netns_name() {
+    Ok(dir_in(iface, sys::netns_name().as_deref()))
+}
+
+/// The pin directory of `iface` in the network namespace `netns` (a name under /run/netns, as
+/// given to `--netns`; `None`: this process's own), for readers that do not enter it.
+pub fn dir_in(iface: &str, netns: Option<&str>) -> PathBuf {
+    root().join(match netns {
         None => iface.to_string(),
         Some(ns) => format!("{iface}@{ns}"),
-    }))
+    })
 }
 
 /// Interfaces attached by one command (they share the maps, `meta` among them: one record each).

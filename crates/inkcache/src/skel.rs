@@ -4,8 +4,17 @@
 pub mod xdp {
     include!(concat!(env!("OUT_DIR"), "/inkcache_xdp.skel.rs"));
 }
-pub mod tc {
-    include!(concat!(env!("OUT_DIR"), "/inkcache_tc.skel.rs"));
+/// The server's answers (cgroup_skb egress).
+pub mod answers {
+    include!(concat!(env!("OUT_DIR"), "/inkcache_answers.skel.rs"));
+}
+/// The requests the server receives (TCP stream verdict, UDP cgroup_skb ingress).
+pub mod requests {
+    include!(concat!(env!("OUT_DIR"), "/inkcache_requests.skel.rs"));
+}
+/// Socket iterators run at attach (connections and server sockets that already exist).
+pub mod iter {
+    include!(concat!(env!("OUT_DIR"), "/inkcache_iter.skel.rs"));
 }
 pub mod tc_ingress {
     include!(concat!(env!("OUT_DIR"), "/inkcache_tc_ingress.skel.rs"));
@@ -13,14 +22,14 @@ pub mod tc_ingress {
 pub mod sock {
     include!(concat!(env!("OUT_DIR"), "/inkcache_sock.skel.rs"));
 }
-/// inkbench's XDP echo floor (`bpf/inkbench_echo.bpf.c`), built here with every other program.
-pub mod echo {
-    include!(concat!(env!("OUT_DIR"), "/inkbench_echo.skel.rs"));
-}
 /// Cooperative mode's batch program (`bpf/inkcache_coop.bpf.c`).
 pub mod coop {
     include!(concat!(env!("OUT_DIR"), "/inkcache_coop.skel.rs"));
 }
 pub mod pass {
     include!(concat!(env!("OUT_DIR"), "/inkcache_pass.skel.rs"));
+}
+/// The libxdp-format XDP dispatcher (`bpf/inkcache_dispatcher.bpf.c`).
+pub mod dispatcher {
+    include!(concat!(env!("OUT_DIR"), "/inkcache_dispatcher.skel.rs"));
 }

@@ -22,6 +22,15 @@ impl Stats {
         Ok(s)
     }
 
+    /// (name, one-line description) of every counter, in the kernel's order.
+    pub fn help() -> Vec<(&'static str, &'static str)> {
+        crate::abi::COUNTER_NAMES
+            .iter()
+            .copied()
+            .zip(crate::abi::COUNTER_HELP.iter().map(|d| d.trim()))
+            .collect()
+    }
+
     /// Reads the counters of the attachment pinned at `dir`.
     pub fn read(dir: &Path) -> Result<Stats> {
         let map = MapHandle::from_pinned_path(dir.join("stats"))

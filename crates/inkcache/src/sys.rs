@@ -19,16 +19,22 @@ pub fn require_root() -> Result<()> {
     Ok(())
 }
 
-/// Mounts bpffs at /sys/fs/bpf unless it is there already.
-pub fn ensure_bpffs() -> Result<()> {
-    let is_bpffs = fs::read_to_string("/proc/self/mounts")
+fn bpffs_mounted() -> Result<bool> {
+    Ok(fs::read_to_string("/proc/self/mounts")
         .context("reading /proc/self/mounts")?
         .lines()
         .any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             f.len() > 2 && f[1] == BPFFS && f[2] == "bpf"
-        });
-    if !is_bpffs {
+        }))
+}
+
+/// Makes /sys/fs/bpf the BPF filesystem pins outlive this command in: the one here, else the one
+/// of the mount namespace this command was started from (after `ip netns exec`, see
+/// [`crate::ns`]), else a new mount.
+pub fn ensure_bpffs() -> Result<()> {
+    let here = bpffs_mounted()? || (crate::ns::join_pinning_mount_ns()? && bpffs_mounted()?);
+    if !here {
         mount(
             Some("bpf"),
             BPFFS,
@@ -47,6 +53,15 @@ pub fn ensure_bpffs() -> Result<()> {
 /// longer exists (its interfaces, and so their XDP and TC attachments, went with it).
 pub fn assume_netns(name: &str) {
     let _ = NETNS.set(name.to_string());
+    NETNS_GONE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+static NETNS_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// False when the namespace was only named with [`assume_netns`] (it is gone: this process runs
+/// elsewhere).
+pub fn in_named_netns() -> bool {
+    !NETNS_GONE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Moves this process into the named network namespace (as `ip netns exec` would, but keeping the
@@ -66,9 +81,12 @@ pub fn enter_netns(name: &str) -> Result<()> {
 
 static NETNS: OnceLock<String> = OnceLock::new();
 
-/// The network namespace entered with [`enter_netns`], if any.
-pub fn netns_name() -> Option<&'static str> {
-    NETNS.get().map(String::as_str)
+/// The network namespace this runs in, as attachments are named by: the one entered with
+/// [`enter_netns`] (or named with [`assume_netns`]), else the calling thread's own: its name if
+/// `ip netns` named it (`ip netns exec`), None in the host's, `netns-COOKIE` in another unnamed
+/// one (a container's); see [`crate::ns::netns_label`].
+pub fn netns_name() -> Option<String> {
+    NETNS.get().cloned().or_else(crate::ns::netns_label)
 }
 
 pub fn ifindex(iface: &str) -> Result<u32> {

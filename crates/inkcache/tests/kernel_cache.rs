@@ -513,7 +513,7 @@ fn status_reports_attachment() {
     let row = rig.status_row(&rig.pair.srv_if);
     assert_eq!(row["iface"], rig.pair.srv_if.as_str());
     assert_eq!(row["xdp_attached"], true);
-    assert_eq!(row["tc_egress_attached"], true);
+    assert_eq!(row["hooks_attached"], true);
     assert_eq!(row["tc_ingress_attached"], true);
     assert_eq!(row["max_amplification"], 0);
     assert_eq!(row["xdp_mode"], "native");

@@ -1,5 +1,8 @@
 //! The AF_XDP receive path for UDP requests (`--afxdp IFACE`).
 //!
+//! Long file: the UMEM, the four rings, the sockets' set-up and the frame path (parse, answer,
+//! headers) are one unit over one shared memory layout; split, each part would expose it.
+//!
 //! An XDP program (inkcache's when inkcache is attached to IFACE, else inkcached's own
 //! `bpf/inkcached/inkcached_xdp.bpf.c`) hands the UDP requests for our port and addresses to the
 //! AF_XDP sockets in the `xsks` map (see `bpf/xsk.h`); they skip the kernel's UDP stack. Each
@@ -17,7 +20,7 @@
 //! take more frames from the queue's free list. Sent frames come back on the completion ring
 //! and go to the free list, which tops up the fill ring.
 //!
-//! The rings are hand-written over the kernel's UAPI (`if_xdp.h`, through the `libc` crate):
+//! The rings are hand-written over the kernel's UAPI (linux/if_xdp.h, through the `libc` crate):
 //! producer and consumer indexes are shared with the kernel through mmap and accessed with
 //! acquire/release atomics, as the UAPI requires.
 
@@ -217,6 +220,8 @@ pub struct XskSocket {
     q: Arc<Queue>,
     /// Frames this socket took for TX that the kernel has not completed.
     scratch: Vec<u8>,
+    /// Ends of the answer messages in `scratch` (see `net::execute_datagram`).
+    ends: Vec<usize>,
     frames: Vec<u64>,
 }
 
@@ -376,6 +381,7 @@ fn open_queue(ifindex: u32, queue: u32, slots: usize) -> Result<(Vec<XskSocket>,
             tx,
             q: q.clone(),
             scratch: Vec::with_capacity(64 * 1024),
+            ends: Vec::new(),
             frames: Vec::with_capacity(64),
         });
     }
@@ -732,6 +738,7 @@ impl XskSocket {
         let addr = d.addr;
         let mut out = std::mem::take(&mut self.scratch);
         out.clear();
+        let mut ends = std::mem::take(&mut self.ends);
         let mut hdr = [0u8; ETH_LEN + 40 + 8];
         let (v6, hlen, req_id) = {
             let f = frame(&self.q, addr);
@@ -749,22 +756,38 @@ impl XskSocket {
                 self.scratch = out;
                 return;
             };
+            ends.clear();
             if fh.total != 1 || fh.seq != 0 {
                 out.extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
-            } else {
-                crate::net::execute_datagram(sh, w, limits, dgram, &mut out);
+            } else if let Some((t, _)) = crate::net::execute_datagram(
+                sh, w, limits, dgram, HEADER_LEN, None, &mut out, &mut ends,
+            ) {
+                // a value on flash: this path does not wait for it, the datagram is lost (as
+                // UDP may lose it) and the client retries
+                crate::ext::io::cancel(t);
+                out.clear();
+                st.inc(C::afxdp_dropped);
+            }
+            if ends.last() != Some(&out.len()) {
+                ends.push(out.len());
             }
             let hlen = r.payload; // Ethernet, IP and UDP headers
             hdr[..hlen].copy_from_slice(&f[..hlen]);
             (r.v6, hlen, fh.request_id)
         };
-        if out.is_empty() {
-            unused.push(addr);
-            self.scratch = out;
-            return;
+        // each answer message (a binary datagram's answers are one each) in frames of its own
+        let mut msgs: Vec<(usize, usize, usize)> = Vec::new(); // start, end, frames
+        let mut start = 0;
+        for &end in &ends {
+            let total = (end - start).div_ceil(MAX_PAYLOAD);
+            if total > 0 && total <= u16::MAX as usize {
+                msgs.push((start, end, total));
+            }
+            start = end;
         }
-        let total = out.len().div_ceil(MAX_PAYLOAD);
-        if total > u16::MAX as usize {
+        self.ends = ends;
+        let need: usize = msgs.iter().map(|m| m.2).sum();
+        if need == 0 {
             unused.push(addr);
             self.scratch = out;
             return;
@@ -772,9 +795,9 @@ impl XskSocket {
         // frames: the request's, then more from the free list
         self.frames.clear();
         self.frames.push(addr);
-        if total > 1 {
+        if need > 1 {
             let mut r = self.q.rings.lock().unwrap_or_else(|p| p.into_inner());
-            while self.frames.len() < total {
+            while self.frames.len() < need {
                 match r.free.pop() {
                     Some(a) => self.frames.push(a),
                     None => break,
@@ -782,22 +805,25 @@ impl XskSocket {
             }
         }
         let frames = std::mem::take(&mut self.frames);
-        for (j, chunk) in out.chunks(MAX_PAYLOAD).enumerate() {
-            let Some(&fa) = frames.get(j) else {
-                break; // out of frames: the rest is lost, as a datagram can be
-            };
-            let h = FrameHeader {
-                request_id: req_id,
-                seq: j as u16,
-                total: total as u16,
-                reserved: 0,
-            };
-            let f = frame(&self.q, fa);
-            let p = hlen;
-            f[p..p + HEADER_LEN].copy_from_slice(&h.encode());
-            f[p + HEADER_LEN..p + HEADER_LEN + chunk.len()].copy_from_slice(chunk);
-            let flen = answer_headers(f, &hdr[..hlen], v6, HEADER_LEN + chunk.len());
-            sends.push((fa, flen));
+        let mut next = frames.iter();
+        'msgs: for &(start, end, total) in &msgs {
+            for (j, chunk) in out[start..end].chunks(MAX_PAYLOAD).enumerate() {
+                let Some(&fa) = next.next() else {
+                    break 'msgs; // out of frames: the rest is lost, as a datagram can be
+                };
+                let h = FrameHeader {
+                    request_id: req_id,
+                    seq: j as u16,
+                    total: total as u16,
+                    reserved: 0,
+                };
+                let f = frame(&self.q, fa);
+                let p = hlen;
+                f[p..p + HEADER_LEN].copy_from_slice(&h.encode());
+                f[p + HEADER_LEN..p + HEADER_LEN + chunk.len()].copy_from_slice(chunk);
+                let flen = answer_headers(f, &hdr[..hlen], v6, HEADER_LEN + chunk.len());
+                sends.push((fa, flen));
+            }
         }
         self.frames = frames;
         self.scratch = out;

@@ -17,26 +17,53 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/inkcached_xdp.skel.rs"));
 }
 
-/// Kernel-bypass options.
-#[derive(clap::Args, Debug, Default, Clone)]
+/// Kernel-bypass options: inkcached's own long options (memcached has none of them), parsed
+/// with memcached's command line (config.rs).
+#[derive(Debug, Default, Clone)]
 pub struct Opts {
-    /// Receive UDP requests through AF_XDP sockets on IFACE (inkcache's XDP program hands them
-    /// over when it is attached there, else inkcached attaches its own); falls back to sockets
-    #[arg(long = "afxdp", value_name = "IFACE")]
+    /// `--afxdp IFACE`: receive UDP requests through AF_XDP sockets on IFACE (inkcache's XDP
+    /// program hands them over when it is attached there in cooperative mode, else inkcached
+    /// attaches its own); falls back to sockets.
     pub afxdp: Option<String>,
-    /// Key steering: each worker owns the keys whose first-key hash maps to it (sk_reuseport for
-    /// UDP sockets, the same owner for AF_XDP sockets)
-    #[arg(long = "steer")]
+    /// `--steer`: each worker owns the keys whose first-key hash maps to it (sk_reuseport for
+    /// UDP sockets, the same owner for AF_XDP sockets).
     pub steer: bool,
-    /// XDP cpumap steering on IFACE: each UDP request goes to the CPU of the worker owning its
-    /// key (worker w pinned to CPU w; implies --steer; not with --afxdp or inkcache attached)
-    #[arg(long = "steer-cpumap", value_name = "IFACE")]
+    /// `--steer-cpumap IFACE`: XDP cpumap steering, each UDP request to the CPU of the worker
+    /// owning its key (worker w pinned to CPU w; implies --steer; not with --afxdp or inkcache
+    /// attached).
     pub steer_cpumap: Option<String>,
-    /// Cooperative mode: install and invalidate the kernel cache of the inkcache attachment on
-    /// IFACE from the server's own reads and writes (attach it with `inkcache attach
-    /// --cooperative`)
-    #[arg(long = "cooperative", value_name = "IFACE")]
+    /// `--cooperative IFACE`: install and invalidate the kernel cache of the inkcache attachment
+    /// on IFACE from the server's own reads and writes (`inkcache attach --cooperative`).
     pub cooperative: Option<String>,
+}
+
+/// inkcached's own long options: (name, takes a value). `--name VALUE` or `--name=VALUE`.
+pub const LONG: &[(&str, bool)] = &[
+    ("afxdp", true),
+    ("steer", false),
+    ("steer-cpumap", true),
+    ("cooperative", true),
+];
+
+impl Opts {
+    /// Records one of [`LONG`].
+    pub fn set(&mut self, name: &str, val: Option<String>) {
+        match name {
+            "afxdp" => self.afxdp = val,
+            "steer" => self.steer = true,
+            "steer-cpumap" => self.steer_cpumap = val,
+            "cooperative" => self.cooperative = val,
+            _ => {}
+        }
+    }
+
+    /// Their lines in `-h`.
+    pub const USAGE: &'static str = "\
+--afxdp=<iface>           receive UDP requests through AF_XDP sockets on <iface>
+--steer                   each worker owns the keys that hash to it (UDP)
+--steer-cpumap=<iface>    XDP cpumap steering of UDP requests to their key's worker
+--cooperative=<iface>     drive the kernel cache of `inkcache attach --cooperative`
+";
 }
 
 /// What [`setup`] set up.
@@ -203,6 +230,15 @@ fn afxdp_setup(
     let idx = ifindex(iface)?;
     let (xsks, cfg) = match inkcache::coop::find_attachment(iface) {
         Some(dir) => {
+            // a transparent attachment must see every request at the server's sockets (its
+            // socket-side programs walk the writes and fill from the answers)
+            let info = inkcache::pins::read_info(&dir)?;
+            if !info.cooperative {
+                bail!(
+                    "inkcache on {iface} is not in cooperative mode (attach it with \
+                     --cooperative and start inkcached with --cooperative {iface})"
+                );
+            }
             let open = |n: &str| {
                 MapHandle::from_pinned_path(dir.join(n)).with_context(|| {
                     format!("inkcache's pinned map {n} (attached before AF_XDP support?)")

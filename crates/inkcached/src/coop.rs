@@ -66,6 +66,8 @@ pub enum Note<'a> {
     None,
     /// Install the keys found, read after `ts`.
     Get(Keys<'a>, u64),
+    /// Install one key found (binary get), read after `ts`.
+    GetKey(&'a [u8], u64),
     Invalidate(Vec<&'a [u8]>),
     /// Flush all; with a delay (ns), install nothing until then.
     Flush(u64),
@@ -83,8 +85,21 @@ pub fn note<'a>(req: &Request<'a>) -> Note<'a> {
     match req.mutated_keys() {
         Mutation::None => Note::None,
         Mutation::All => match req {
-            Request::FlushAll { delay, .. } if *delay > 0 => {
-                Note::Flush((*delay as u64 + 1).saturating_mul(1_000_000_000))
+            Request::FlushAll { delay: Some(d), .. } if *d > 0 => {
+                // memcached's exptime rule: above 30 days it is a unix time
+                let secs = if *d > 60 * 60 * 24 * 30 {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |t| t.as_secs() as i64);
+                    *d - now
+                } else {
+                    *d
+                };
+                if secs > 0 {
+                    Note::Flush((secs as u64 + 1).saturating_mul(1_000_000_000))
+                } else {
+                    Note::Flush(0)
+                }
             }
             _ => Note::Flush(0),
         },
@@ -93,6 +108,53 @@ pub fn note<'a>(req: &Request<'a>) -> Note<'a> {
             Request::Meta { flags, .. } if flags.iter().any(|(c, _)| c == b'b') => Note::Flush(0),
             _ => Note::Invalidate(k),
         },
+    }
+}
+
+/// Looks at a binary request (its header, extras and key at the start of `buf`) before it is
+/// executed: gets install their key, flushes flush, every other command with a key may change
+/// it (sets, deletes, arithmetic, append, touch, gat: invalidated, whatever their answer).
+pub fn note_binary(buf: &[u8]) -> Note<'_> {
+    use inkproto::binary::{op, Header, HEADER_LEN};
+    if KC.get().is_none() {
+        return Note::None;
+    }
+    let Some(h) = Header::decode(buf) else {
+        return Note::None;
+    };
+    let (e, k) = (h.extlen as usize, h.keylen as usize);
+    let Some(key) = buf.get(HEADER_LEN + e..HEADER_LEN + e + k) else {
+        return Note::None; // not all there: nothing is executed yet
+    };
+    let (cmd, _) = op::loud(h.opcode);
+    match cmd {
+        op::GET | op::GETK if k > 0 => Note::GetKey(key, monotonic_ns()),
+        op::FLUSH => {
+            let delay = buf
+                .get(HEADER_LEN..HEADER_LEN + 4)
+                .filter(|_| e == 4)
+                .map_or(0, |d| u32::from_be_bytes([d[0], d[1], d[2], d[3]]));
+            Note::Flush(if delay > 0 {
+                (u64::from(delay) + 1).saturating_mul(1_000_000_000)
+            } else {
+                0
+            })
+        }
+        op::STAT | op::VERSION | op::NOOP | op::QUIT => Note::None,
+        _ if k > 0 => Note::Invalidate(vec![key]),
+        _ => Note::None,
+    }
+}
+
+/// A text request that could not be parsed: a too large store deletes its key
+/// (`exec::parse_error`), the kernel's entry goes too.
+pub fn parse_error(sh: &Shared, w: usize, buf: &[u8], e: &inkproto::request::ProtoError) {
+    if KC.get().is_some() && e.kind == inkproto::request::ErrorKind::TooLarge {
+        if e.key_base64 {
+            with_batch(sh, w, |b| b.flush(0)); // not the key the kernel holds
+        } else if let Some((a, b)) = e.key {
+            invalidate(sh, w, &buf[a..b]);
+        }
     }
 }
 
@@ -117,32 +179,41 @@ pub fn apply(sh: &Shared, w: usize, note: Note<'_>) {
             Ok(())
         }),
         Note::Flush(delay) => with_batch(sh, w, |b| b.flush(delay)),
+        Note::GetKey(key, ts) => install(sh, w, key, ts),
         Note::Get(keys, ts) => {
             for key in keys.iter() {
-                // never a syscall with a shard locked
-                if BATCH.with(|b| b.borrow().as_ref().is_some_and(Batch::is_full)) {
-                    commit(sh, w);
-                }
-                let store = &sh.store;
-                let _ = store.peek(key, |it| {
-                    let now = store.now();
-                    let exp = it.exptime();
-                    let exp_ns = match exp {
-                        0 => 0,
-                        e if e > now + 1 => {
-                            // whole seconds, rounded down: the kernel entry expires first
-                            monotonic_ns() + u64::from(e - now - 1) * 1_000_000_000
-                        }
-                        _ => return,
-                    };
-                    with_batch(sh, w, |b| {
-                        b.install(key, it.flags(), it.value(), it.cas(), exp_ns, ts)
-                            .map(|_| ())
-                    });
-                });
+                install(sh, w, key, ts);
             }
         }
     }
+}
+
+/// Queues the install of `key` as the store holds it now (read after `ts`).
+fn install(sh: &Shared, w: usize, key: &[u8], ts: u64) {
+    // never a syscall with a shard locked
+    if BATCH.with(|b| b.borrow().as_ref().is_some_and(Batch::is_full)) {
+        commit(sh, w);
+    }
+    let store = &sh.store;
+    let _ = store.peek(key, |it| {
+        if it.on_flash() {
+            return; // its value is not at hand (reading it would park the request)
+        }
+        let now = store.now();
+        let exp = it.exptime();
+        let exp_ns = match exp {
+            0 => 0,
+            e if e > now + 1 => {
+                // whole seconds, rounded down: the kernel entry expires first
+                monotonic_ns() + u64::from(e - now - 1) * 1_000_000_000
+            }
+            _ => return,
+        };
+        with_batch(sh, w, |b| {
+            b.install(key, it.flags(), it.value(), it.cas(), exp_ns, ts)
+                .map(|_| ())
+        });
+    });
 }
 
 /// Queues the invalidation of one key (a side effect outside `Request`, e.g. a too large set).

@@ -1,79 +1,174 @@
-//! Executes parsed requests against the store and composes the answers.
+//! Executes parsed text requests against the store and composes the answers. Meta commands are
+//! in [`crate::meta`], admin commands (`stats`, `lru_crawler`, ...) in [`crate::admin`], the
+//! binary protocol in [`crate::binexec`].
 
+use crate::config::Config;
+use crate::conns::ConnTable;
 use crate::stats::{WorkerStats, C};
 use crate::store::{DeltaResult, Mode, Store, StoreResult};
-use inkproto::request::{ErrorKind, MetaCmd, MetaFlags, ProtoError, Request, StoreCmd};
+use inkproto::request::{ErrorKind, ProtoError, Request, StoreCmd};
 use inkproto::response as resp;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 pub const VERSION: &str = concat!("1.6.18-inkcached-", env!("CARGO_PKG_VERSION"));
+/// What `-V` prints.
+pub const VERSION_LINE: &str = concat!("inkcached 1.6.18-inkcached-", env!("CARGO_PKG_VERSION"));
 
-/// Settings as given on the command line (reported by `stats settings`).
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub tcp_port: u16,
-    pub udp_port: u16,
-    pub listen: String,
-    pub threads: usize,
-    pub max_bytes: usize,
-    pub max_conns: usize,
-    pub max_item: usize,
-    pub verbose: u8,
+/// Settings that commands change at run time (memcached keeps them in `settings` too).
+pub struct Runtime {
+    pub verbosity: AtomicU32,
+    /// `stats detail on|off`.
+    pub detail: AtomicBool,
+    pub maxbytes: AtomicUsize,
+    pub lru_crawler: AtomicBool,
+    pub crawler_sleep: AtomicU32,
+    pub crawler_tocrawl: AtomicU32,
+    pub crawler_starts: AtomicU64,
+    pub crawler_reclaimed: AtomicU64,
+    pub crawler_checked: AtomicU64,
+    pub slab_automove: AtomicU32,
+    /// f64 bits.
+    pub automove_ratio: AtomicU64,
+    pub hot_lru_pct: AtomicU32,
+    pub warm_lru_pct: AtomicU32,
+    /// f64 bits.
+    pub hot_max_factor: AtomicU64,
+    pub warm_max_factor: AtomicU64,
+    pub temp_lru: AtomicBool,
+    pub temporary_ttl: AtomicU32,
+    /// The TCP and UDP ports actually bound (for `-p -1`).
+    pub tcp_port: AtomicU32,
+    pub udp_port: AtomicU32,
+    /// `stats sizes` counts items with at least this CAS (u64::MAX: not tracking).
+    pub sizes_cas_min: AtomicU64,
+}
+
+impl Runtime {
+    pub fn new(c: &Config) -> Self {
+        let f = |v: f64| AtomicU64::new(v.to_bits());
+        Runtime {
+            verbosity: AtomicU32::new(c.verbose),
+            detail: AtomicBool::new(c.detail_enabled),
+            maxbytes: AtomicUsize::new(c.maxbytes),
+            lru_crawler: AtomicBool::new(c.lru_crawler),
+            crawler_sleep: AtomicU32::new(c.lru_crawler_sleep as u32),
+            crawler_tocrawl: AtomicU32::new(c.lru_crawler_tocrawl),
+            crawler_starts: AtomicU64::new(0),
+            crawler_reclaimed: AtomicU64::new(0),
+            crawler_checked: AtomicU64::new(0),
+            slab_automove: AtomicU32::new(c.slab_automove as u32),
+            automove_ratio: f(c.slab_automove_ratio),
+            hot_lru_pct: AtomicU32::new(c.hot_lru_pct as u32),
+            warm_lru_pct: AtomicU32::new(c.warm_lru_pct as u32),
+            hot_max_factor: f(c.hot_max_factor),
+            warm_max_factor: f(c.warm_max_factor),
+            temp_lru: AtomicBool::new(c.temp_lru),
+            temporary_ttl: AtomicU32::new(c.temporary_ttl as u32),
+            tcp_port: AtomicU32::new(c.port as u32),
+            udp_port: AtomicU32::new(c.udp_port as u32),
+            sizes_cas_min: AtomicU64::new(if c.track_sizes { 0 } else { u64::MAX }),
+        }
+    }
+    pub fn get_f64(a: &AtomicU64) -> f64 {
+        f64::from_bits(a.load(Ordering::Relaxed))
+    }
 }
 
 /// What every worker shares.
 pub struct Shared {
     pub store: Store,
     pub workers: Box<[WorkerStats]>,
-    pub settings: Settings,
-    pub verbosity: AtomicU32,
+    pub cfg: Arc<Config>,
+    pub rt: Runtime,
     pub shutdown: AtomicBool,
     pub pid: u32,
+    /// Open connections and listeners (`stats conns`).
+    pub conns: ConnTable,
+    /// Per key prefix counters (`stats detail`).
+    pub prefixes: Mutex<crate::admin::Prefixes>,
+    /// `-Y`: user and password pairs.
+    pub auth: RwLock<crate::auth::Users>,
 }
 
-/// What the connection should do after a request.
+/// What the connection does after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
     Continue,
+    /// Continue; what is queued so far is written out even if the connection is dropped
+    /// later (memcached writes at `get`, `mn` and binary noop).
+    Flush,
+    /// Write what is pending, then close.
     Close,
+    /// Close at once, dropping what is pending (memcached's `conn_closing`).
+    Drop,
+    /// The connection became a log watcher (`watch`).
+    Watch,
+    /// Continue, but what is already read waits until more arrives (memcached hands the
+    /// connection back after `lru_crawler metadump` and only reads on the next event).
+    Pause,
+}
+
+/// What an admin command needs to know of the connection it runs on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ctx {
+    /// The connection's id in [`ConnTable`].
+    pub id: usize,
+    /// Answers of earlier commands of the same read are still queued (memcached refuses
+    /// `watch` and `lru_crawler metadump` then).
+    pub stacked: bool,
+    /// The watch flags when `execute` returned [`Next::Watch`].
+    pub watch_flags: u16,
 }
 
 /// Executes one request for worker `w`, appending the answer to `out`.
-pub fn execute(sh: &Arc<Shared>, w: usize, req: Request<'_>, out: &mut Vec<u8>) -> Next {
+pub fn execute(
+    sh: &Arc<Shared>,
+    w: usize,
+    ctx: &mut Ctx,
+    req: Request<'_>,
+    out: &mut Vec<u8>,
+) -> Next {
     let st = &sh.workers[w];
     let store = &sh.store;
+    let detail = sh.rt.detail.load(Ordering::Relaxed);
     match req {
         Request::Get { keys, cas } => {
             for key in keys.iter() {
                 st.inc(C::cmd_get);
                 let hit = store.get(key, None, |it| {
-                    resp::value(out, key, it.flags(), it.value(), cas.then(|| it.cas()))
+                    let c = (cas).then(|| it.cas());
+                    resp::value(out, key, it.flags(), it.value(), c)
                 });
                 st.inc(if hit.is_some() {
                     C::get_hits
                 } else {
                     C::get_misses
                 });
+                if detail {
+                    crate::admin::record(sh, key, |p| p.get(hit.is_some()));
+                }
             }
             resp::end(out);
+            return Next::Flush;
         }
         Request::Gat { exptime, keys, cas } => {
             for key in keys.iter() {
                 st.inc(C::cmd_touch);
-                st.inc(C::cmd_get);
                 let hit = store.get(key, Some(exptime), |it| {
                     resp::value(out, key, it.flags(), it.value(), cas.then(|| it.cas()))
                 });
-                if hit.is_some() {
-                    st.inc(C::touch_hits);
-                    st.inc(C::get_hits);
+                st.inc(if hit.is_some() {
+                    C::touch_hits
                 } else {
-                    st.inc(C::touch_misses);
-                    st.inc(C::get_misses);
+                    C::touch_misses
+                });
+                if detail {
+                    crate::admin::record(sh, key, |p| p.get(hit.is_some()));
                 }
             }
             resp::end(out);
+            return Next::Flush;
         }
         Request::Store {
             cmd,
@@ -85,6 +180,9 @@ pub fn execute(sh: &Arc<Shared>, w: usize, req: Request<'_>, out: &mut Vec<u8>) 
             noreply,
         } => {
             st.inc(C::cmd_set);
+            if detail {
+                crate::admin::record(sh, key, |p| p.set());
+            }
             let mode = match cmd {
                 StoreCmd::Set => Mode::Set,
                 StoreCmd::Add => Mode::Add,
@@ -95,11 +193,19 @@ pub fn execute(sh: &Arc<Shared>, w: usize, req: Request<'_>, out: &mut Vec<u8>) 
             };
             let r = store.store(mode, key, flags, exptime, data);
             if cmd == StoreCmd::Cas {
-                st.inc(match r {
-                    StoreResult::Stored(_) => C::cas_hits,
-                    StoreResult::Exists => C::cas_badval,
-                    _ => C::cas_misses,
-                });
+                match r {
+                    StoreResult::Stored(_) => st.inc(C::cas_hits),
+                    StoreResult::Exists => st.inc(C::cas_badval),
+                    StoreResult::NotFound => st.inc(C::cas_misses),
+                    _ => {}
+                }
+            }
+            if r == StoreResult::NoMemory {
+                st.inc(C::store_no_memory);
+                if cmd == StoreCmd::Set {
+                    // memcached drops the old value so a failed set leaves nothing stale.
+                    store.unlink_key(key);
+                }
             }
             if !noreply {
                 match r {
@@ -107,10 +213,16 @@ pub fn execute(sh: &Arc<Shared>, w: usize, req: Request<'_>, out: &mut Vec<u8>) 
                     StoreResult::NotStored => resp::not_stored(out),
                     StoreResult::Exists => resp::exists(out),
                     StoreResult::NotFound => resp::not_found(out),
+                    StoreResult::NoMemory => {
+                        resp::server_error(out, "out of memory storing object")
+                    }
                 }
             }
         }
         Request::Delete { key, noreply } => {
+            if detail {
+                crate::admin::record(sh, key, |p| p.delete());
+            }
             let ok = store.delete(key, None) == Ok(true);
             st.inc(if ok { C::delete_hits } else { C::delete_misses });
             if !noreply {
@@ -128,16 +240,7 @@ pub fn execute(sh: &Arc<Shared>, w: usize, req: Request<'_>, out: &mut Vec<u8>) 
             noreply,
         } => {
             let r = store.delta(key, incr, delta, None);
-            let (hit, miss) = if incr {
-                (C::incr_hits, C::incr_misses)
-            } else {
-                (C::decr_hits, C::decr_misses)
-            };
-            st.inc(if matches!(r, DeltaResult::NotFound) {
-                miss
-            } else {
-                hit
-            });
+            count_delta(st, incr, &r);
             if !noreply {
                 match r {
                     DeltaResult::Ok(v, _) => resp::number(out, v),
@@ -166,30 +269,55 @@ pub fn execute(sh: &Arc<Shared>, w: usize, req: Request<'_>, out: &mut Vec<u8>) 
         }
         Request::FlushAll { delay, noreply } => {
             st.inc(C::cmd_flush);
-            store.flush_all(delay);
+            let line = if !sh.cfg.flush_enabled {
+                "CLIENT_ERROR flush_all not allowed"
+            } else if let Some(d) = delay {
+                store.flush_all(d);
+                "OK"
+            } else {
+                "CLIENT_ERROR invalid exptime argument"
+            };
             if !noreply {
-                resp::ok(out);
+                resp::line(out, line);
             }
         }
-        Request::Stats { group } => stats(sh, group, out),
         Request::Version => resp::version(out, VERSION),
-        Request::Verbosity { noreply } => {
+        Request::Verbosity { level, noreply } => {
+            sh.rt.verbosity.store(level.min(2), Ordering::Relaxed);
             if !noreply {
                 resp::ok(out);
             }
         }
         Request::Quit => return Next::Close,
+        Request::Admin { line } => return crate::admin::execute(sh, w, ctx, line, out),
         Request::Meta {
             cmd,
             key,
             flags,
             data,
+            opts,
         } => {
-            st.inc(C::cmd_meta);
-            meta(sh, st, cmd, key, flags, data, out);
+            crate::meta::execute(sh, st, cmd, key, flags, data, &opts, out);
+            if cmd == inkproto::request::MetaCmd::Noop {
+                return Next::Flush;
+            }
         }
     }
     Next::Continue
+}
+
+/// The counters of an incr/decr.
+pub fn count_delta(st: &WorkerStats, incr: bool, r: &DeltaResult) {
+    let (hit, miss) = if incr {
+        (C::incr_hits, C::incr_misses)
+    } else {
+        (C::decr_hits, C::decr_misses)
+    };
+    match r {
+        DeltaResult::Ok(..) => st.inc(hit),
+        DeltaResult::NotFound => st.inc(miss),
+        _ => {}
+    }
 }
 
 /// Handles a parse error: the answer (unless suppressed) and memcached's side effects.
@@ -197,467 +325,17 @@ pub fn parse_error(sh: &Shared, w: usize, buf: &[u8], e: &ProtoError, out: &mut 
     if e.kind == ErrorKind::TooLarge {
         sh.workers[w].inc(C::store_too_large);
         if let Some((a, b)) = e.key {
-            let _ = sh.store.delete(&buf[a..b], None);
+            let key = &buf[a..b];
+            if e.key_base64 {
+                if let Some(k) = inkproto::meta::b64_decode(key) {
+                    sh.store.unlink_key(&k);
+                }
+            } else {
+                sh.store.unlink_key(key);
+            }
         }
     }
     if let Some(r) = e.reply() {
         out.extend_from_slice(r.as_bytes());
-    }
-}
-
-fn rusage() -> (f64, f64) {
-    // SAFETY: getrusage only writes into the zeroed struct we pass.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to a rusage struct, RUSAGE_SELF is a valid `who`.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return (0.0, 0.0);
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (tv(ru.ru_utime), tv(ru.ru_stime))
-}
-
-fn stats(sh: &Shared, group: Option<&[u8]>, out: &mut Vec<u8>) {
-    let s = &sh.settings;
-    let store = &sh.store;
-    match group {
-        None => {
-            let now = store.now();
-            let unix = store.process_started() + now as i64;
-            let (u, sy) = rusage();
-            let c = crate::stats::sum(&sh.workers);
-            let ss = store.stats();
-            resp::stat(out, "pid", sh.pid);
-            resp::stat(out, "uptime", now);
-            resp::stat(out, "time", unix);
-            resp::stat(out, "version", VERSION);
-            resp::stat(out, "pointer_size", usize::BITS);
-            resp::stat(out, "rusage_user", format!("{u:.6}"));
-            resp::stat(out, "rusage_system", format!("{sy:.6}"));
-            resp::stat(out, "max_connections", s.max_conns);
-            for (name, v) in crate::stats::NAMES.iter().zip(&c) {
-                resp::stat(out, name, v);
-            }
-            resp::stat(out, "limit_maxbytes", s.max_bytes);
-            resp::stat(out, "threads", s.threads);
-            resp::stat(out, "bytes", ss.bytes);
-            resp::stat(out, "curr_items", ss.curr_items);
-            resp::stat(out, "total_items", ss.total_items);
-            resp::stat(out, "expired_unfetched", 0);
-            resp::stat(out, "evicted_unfetched", 0);
-            resp::stat(out, "evictions", ss.evictions);
-            resp::stat(out, "reclaimed", ss.reclaimed);
-        }
-        Some(b"settings") => {
-            resp::stat(out, "maxbytes", s.max_bytes);
-            resp::stat(out, "maxconns", s.max_conns);
-            resp::stat(out, "tcpport", s.tcp_port);
-            resp::stat(out, "udpport", s.udp_port);
-            resp::stat(
-                out,
-                "inter",
-                if s.listen.is_empty() {
-                    "NULL"
-                } else {
-                    &s.listen
-                },
-            );
-            resp::stat(out, "verbosity", sh.verbosity.load(Ordering::Relaxed));
-            resp::stat(out, "evictions", "on");
-            resp::stat(out, "num_threads", s.threads);
-            resp::stat(out, "num_threads_per_udp", 1);
-            resp::stat(out, "cas_enabled", "yes");
-            resp::stat(out, "item_size_max", s.max_item);
-            resp::stat(out, "reuseport", "yes");
-            resp::stat(out, "store_shards", store.shard_count());
-        }
-        Some(b"items") => {
-            let ss = store.stats();
-            if ss.curr_items > 0 {
-                resp::stat(out, "items:1:number", ss.curr_items);
-                resp::stat(out, "items:1:age", 0);
-                resp::stat(out, "items:1:evicted", ss.evictions);
-                resp::stat(out, "items:1:reclaimed", ss.reclaimed);
-            }
-        }
-        Some(b"slabs") => {
-            let ss = store.stats();
-            if ss.curr_items > 0 {
-                resp::stat(out, "1:chunk_size", 0);
-                resp::stat(out, "1:used_chunks", ss.curr_items);
-                resp::stat(out, "1:mem_requested", ss.bytes);
-            }
-            resp::stat(out, "active_slabs", u32::from(ss.curr_items > 0));
-            resp::stat(out, "total_malloced", ss.bytes);
-        }
-        Some(b"sizes") => {}
-        Some(b"reset") => {
-            for w in sh.workers.iter() {
-                w.reset();
-            }
-            resp::line(out, "RESET");
-            return;
-        }
-        Some(_) => {
-            resp::error(out);
-            return;
-        }
-    }
-    resp::end(out);
-}
-
-// ---- meta protocol ----
-
-fn b64_decode(s: &[u8]) -> Option<Vec<u8>> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    if s.is_empty() || s.len() & 3 != 0 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(s.len() / 4 * 3);
-    for ch in s.chunks(4) {
-        let pad = ch.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 {
-            return None;
-        }
-        let mut n = 0u32;
-        for (i, &c) in ch.iter().enumerate() {
-            let v = if i >= 4 - pad { 0 } else { val(c)? };
-            n = (n << 6) | v;
-        }
-        out.push((n >> 16) as u8);
-        if pad < 2 {
-            out.push((n >> 8) as u8);
-        }
-        if pad < 1 {
-            out.push(n as u8);
-        }
-    }
-    Some(out)
-}
-
-fn parse_num<T: std::str::FromStr>(t: &[u8]) -> Option<T> {
-    std::str::from_utf8(t).ok()?.parse().ok()
-}
-
-/// Flags echoed on every meta answer: opaque, key (and `b` if it was base64).
-fn echo(flags: &MetaFlags<'_>, raw_key: &[u8], b64: bool, f: &mut Vec<u8>) {
-    for (c, arg) in flags.iter() {
-        match c {
-            b'O' => push_flag(f, b'O', arg),
-            b'k' => {
-                push_flag(f, b'k', raw_key);
-                if b64 {
-                    push_flag(f, b'b', b"");
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-fn push_flag(f: &mut Vec<u8>, c: u8, arg: &[u8]) {
-    if !f.is_empty() {
-        f.push(b' ');
-    }
-    f.push(c);
-    f.extend_from_slice(arg);
-}
-
-fn meta(
-    sh: &Shared,
-    st: &WorkerStats,
-    cmd: MetaCmd,
-    raw_key: &[u8],
-    flags: MetaFlags<'_>,
-    data: Option<&[u8]>,
-    out: &mut Vec<u8>,
-) {
-    let store = &sh.store;
-    if cmd == MetaCmd::Noop {
-        resp::line(out, "MN");
-        return;
-    }
-    let b64 = flags.has(b'b');
-    let decoded;
-    let key: &[u8] = if b64 {
-        match b64_decode(raw_key) {
-            Some(k) if !k.is_empty() && k.len() <= inkproto::KEY_MAX_LEN => {
-                decoded = k;
-                &decoded
-            }
-            _ => {
-                resp::client_error(out, "error decoding key");
-                return;
-            }
-        }
-    } else {
-        raw_key
-    };
-    let quiet = flags.has(b'q');
-    let num = |c: u8| -> Result<Option<i64>, ()> {
-        match flags.get(c) {
-            None => Ok(None),
-            Some(a) => parse_num::<i64>(a).map(Some).ok_or(()),
-        }
-    };
-    let unum = |c: u8| -> Result<Option<u64>, ()> {
-        match flags.get(c) {
-            None => Ok(None),
-            Some(a) => parse_num::<u64>(a).map(Some).ok_or(()),
-        }
-    };
-    let mut f = Vec::new();
-    match cmd {
-        MetaCmd::Get => {
-            st.inc(C::cmd_get);
-            let Ok(touch) = num(b'T') else {
-                resp::client_error(out, "bad token in command line format");
-                return;
-            };
-            if touch.is_some() {
-                st.inc(C::cmd_touch);
-            }
-            let now = store.now();
-            let mut value = None;
-            let hit = store.get(key, touch, |it| {
-                // return flags in the order the request gives them, as memcached does
-                for (c, arg) in flags.iter() {
-                    match c {
-                        b'O' => push_flag(&mut f, b'O', arg),
-                        b'k' => {
-                            push_flag(&mut f, b'k', raw_key);
-                            if b64 {
-                                push_flag(&mut f, b'b', b"");
-                            }
-                        }
-                        b'c' => push_flag(&mut f, b'c', it.cas().to_string().as_bytes()),
-                        b'f' => push_flag(&mut f, b'f', it.flags().to_string().as_bytes()),
-                        b's' => push_flag(&mut f, b's', it.value().len().to_string().as_bytes()),
-                        b't' => {
-                            let e = it.exptime();
-                            let ttl = if e == 0 {
-                                -1
-                            } else {
-                                i64::from(e) - i64::from(now)
-                            };
-                            push_flag(&mut f, b't', ttl.to_string().as_bytes())
-                        }
-                        b'h' => push_flag(&mut f, b'h', b"0"),
-                        b'l' => push_flag(&mut f, b'l', b"0"),
-                        _ => {}
-                    }
-                }
-                if flags.has(b'v') {
-                    value = Some(it.value().to_vec());
-                }
-            });
-            if hit.is_some() {
-                st.inc(C::get_hits);
-                match value {
-                    Some(v) => {
-                        resp::meta(out, "VA", Some(v.len()), &f);
-                        resp::meta_data(out, &v);
-                    }
-                    None => {
-                        if !quiet {
-                            resp::meta(out, "HD", None, &f)
-                        }
-                    }
-                }
-            } else {
-                st.inc(C::get_misses);
-                if !quiet {
-                    echo(&flags, raw_key, b64, &mut f);
-                    resp::meta(out, "EN", None, &f);
-                }
-            }
-        }
-        MetaCmd::Set => {
-            st.inc(C::cmd_set);
-            let data = data.unwrap_or_default();
-            let (Ok(ttl), Ok(fl), Ok(cas)) = (num(b'T'), unum(b'F'), unum(b'C')) else {
-                resp::client_error(out, "bad token in command line format");
-                return;
-            };
-            let mode = match flags.get(b'M').map(|m| m.first().copied()) {
-                None => Mode::Set,
-                Some(Some(b'S' | b's')) => Mode::Set,
-                Some(Some(b'E' | b'e')) => Mode::Add,
-                Some(Some(b'A' | b'a')) => Mode::Append,
-                Some(Some(b'P' | b'p')) => Mode::Prepend,
-                Some(Some(b'R' | b'r')) => Mode::Replace,
-                _ => {
-                    resp::client_error(out, "invalid mode for ms M token");
-                    return;
-                }
-            };
-            let mode = match cas {
-                Some(c) => Mode::Cas(c),
-                None => mode,
-            };
-            let r = store.store(mode, key, fl.unwrap_or(0) as u32, ttl.unwrap_or(0), data);
-            if let StoreResult::Stored(c) = r {
-                if flags.has(b'c') {
-                    push_flag(&mut f, b'c', c.to_string().as_bytes());
-                }
-            }
-            echo(&flags, raw_key, b64, &mut f);
-            match r {
-                StoreResult::Stored(_) => {
-                    if !quiet {
-                        resp::meta(out, "HD", None, &f)
-                    }
-                }
-                StoreResult::NotStored => resp::meta(out, "NS", None, &f),
-                StoreResult::Exists => resp::meta(out, "EX", None, &f),
-                StoreResult::NotFound => resp::meta(out, "NF", None, &f),
-            }
-        }
-        MetaCmd::Delete => {
-            let Ok(cas) = unum(b'C') else {
-                resp::client_error(out, "bad token in command line format");
-                return;
-            };
-            let r = store.delete(key, cas);
-            echo(&flags, raw_key, b64, &mut f);
-            match r {
-                Ok(true) => {
-                    st.inc(C::delete_hits);
-                    if !quiet {
-                        resp::meta(out, "HD", None, &f)
-                    }
-                }
-                Ok(false) => {
-                    st.inc(C::delete_misses);
-                    resp::meta(out, "NF", None, &f)
-                }
-                Err(()) => resp::meta(out, "EX", None, &f),
-            }
-        }
-        MetaCmd::Arith => {
-            let (Ok(viv), Ok(init), Ok(delta), Ok(cas), Ok(ttl)) =
-                (num(b'N'), unum(b'J'), unum(b'D'), unum(b'C'), num(b'T'))
-            else {
-                resp::client_error(out, "bad token in command line format");
-                return;
-            };
-            let incr = match flags.get(b'M').map(|m| m.first().copied()) {
-                None => true,
-                Some(Some(b'I' | b'i' | b'+')) => true,
-                Some(Some(b'D' | b'd' | b'-')) => false,
-                _ => {
-                    resp::client_error(out, "invalid mode for ma M token");
-                    return;
-                }
-            };
-            let delta = delta.unwrap_or(1);
-            let mut r = store.delta(key, incr, delta, cas);
-            if r == DeltaResult::NotFound {
-                if let Some(v) = viv {
-                    let init = init.unwrap_or(0);
-                    r = match store.store(Mode::Add, key, 0, v, init.to_string().as_bytes()) {
-                        StoreResult::Stored(c) => DeltaResult::Ok(init, c),
-                        _ => store.delta(key, incr, delta, cas),
-                    };
-                }
-            }
-            if let (DeltaResult::Ok(..), Some(t)) = (r, ttl) {
-                store.touch(key, t);
-            }
-            let (hit, miss) = if incr {
-                (C::incr_hits, C::incr_misses)
-            } else {
-                (C::decr_hits, C::decr_misses)
-            };
-            st.inc(if r == DeltaResult::NotFound {
-                miss
-            } else {
-                hit
-            });
-            match r {
-                DeltaResult::Ok(v, c) => {
-                    let now = store.now();
-                    for (fc, _) in flags.iter() {
-                        match fc {
-                            b'c' => push_flag(&mut f, b'c', c.to_string().as_bytes()),
-                            b't' => {
-                                let e = store.peek(key, |it| it.exptime()).unwrap_or(0);
-                                let t = if e == 0 {
-                                    -1
-                                } else {
-                                    i64::from(e) - i64::from(now)
-                                };
-                                push_flag(&mut f, b't', t.to_string().as_bytes());
-                            }
-                            _ => {}
-                        }
-                    }
-                    echo(&flags, raw_key, b64, &mut f);
-                    if flags.has(b'v') {
-                        let s = v.to_string();
-                        resp::meta(out, "VA", Some(s.len()), &f);
-                        resp::meta_data(out, s.as_bytes());
-                    } else if !quiet {
-                        resp::meta(out, "HD", None, &f);
-                    }
-                }
-                DeltaResult::NotFound => {
-                    echo(&flags, raw_key, b64, &mut f);
-                    resp::meta(out, "NF", None, &f)
-                }
-                DeltaResult::Exists => {
-                    echo(&flags, raw_key, b64, &mut f);
-                    resp::meta(out, "EX", None, &f)
-                }
-                DeltaResult::NonNumeric => {
-                    resp::client_error(out, "cannot increment or decrement non-numeric value")
-                }
-            }
-        }
-        MetaCmd::Debug => {
-            let now = store.now();
-            let r = store.peek(key, |it| {
-                let e = it.exptime();
-                let exp = if e == 0 {
-                    -1
-                } else {
-                    i64::from(e) - i64::from(now)
-                };
-                format!(
-                    "ME {} exp={} la=0 cas={} fetch=no cls=1 size={}",
-                    String::from_utf8_lossy(raw_key),
-                    exp,
-                    it.cas(),
-                    it.size()
-                )
-            });
-            match r {
-                Some(l) => resp::line(out, &l),
-                None => resp::line(out, "EN"),
-            }
-        }
-        MetaCmd::Noop => unreachable!("handled above"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base64() {
-        assert_eq!(b64_decode(b"a2V5").unwrap(), b"key");
-        assert_eq!(b64_decode(b"YQ==").unwrap(), b"a");
-        assert_eq!(b64_decode(b"YWI=").unwrap(), b"ab");
-        assert!(b64_decode(b"a2V").is_none());
-        assert!(b64_decode(b"a*V5").is_none());
     }
 }

@@ -1,5 +1,8 @@
 //! Sockets and the worker event loops.
 //!
+//! Long file: the worker loop, its TCP connections, UDP batches and parked flash reads share the
+//! worker's state and its one poll; they are kept together so that no request path skips a step.
+//!
 //! Every worker thread owns a mio `Poll`, its own TCP listener(s) and its own UDP socket(s), all
 //! bound with `SO_REUSEPORT` to the same address: the kernel spreads connections and datagrams
 //! across workers, and a connection stays on the worker that accepted it. Sockets are
@@ -7,25 +10,39 @@
 //! is put on a "pending" list and resumed after the other ready sockets were served, so a busy or
 //! slow client cannot stall the others.
 
-use crate::exec::{self, Next, Shared};
+use crate::config::Proto;
+use crate::conns::{addr_text, Kind};
+use crate::exec::{Next, Shared};
+use crate::ext::io::{self as extio, Attempt, Ticket};
+use crate::session::{Session, Step};
 use crate::stats::C;
 use anyhow::{Context, Result};
-use inkproto::request::{parse_request_with, Limits};
+use inkproto::request::Limits;
 use inkproto::udp::{FrameHeader, HEADER_LEN, MAX_PAYLOAD};
-use mio::net::{TcpListener, TcpStream, UdpSocket};
+use mio::net::{TcpListener, TcpStream, UdpSocket, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[path = "net_conn.rs"]
+mod conn;
+use conn::{Conn, Listener, Status};
+
 const WAKE: Token = Token(usize::MAX - 1);
+/// The flash tier's read completions (see `ext::io`).
+const EXT_IO: Token = Token(usize::MAX - 2);
+/// Tokens of UDP datagrams parked for flash reads start here.
+const PARK_BASE: usize = usize::MAX / 2;
+/// UDP datagrams parked for flash reads per worker at most (more are dropped, as UDP may).
+const MAX_PARKED: usize = 4096;
 /// Tokens below this are listeners and UDP sockets; connections start here.
 const CONN_BASE: usize = 1 << 16;
-/// AF_XDP sockets' tokens start here (below CONN_BASE).
+/// AF_XDP sockets' tokens start here (below CONN_BASE, above listeners and UDP sockets).
 const XSK_BASE: usize = 1 << 15;
 /// Stop executing requests of a connection while this much output waits to be sent.
 const WBUF_HIGH: usize = 4 << 20;
@@ -39,7 +56,8 @@ const DGRAMS_PER_TURN: usize = 64;
 /// holds the port (a reuseport group would otherwise silently share it).
 pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> {
     let what = if tcp { "TCP" } else { "UDP" };
-    let ctx = || format!("failed to listen on {what} {addr}");
+    let ctx = move || format!("failed to listen on {what} {addr}");
+    let mut bind_to = addr;
     let (ty, proto) = if tcp {
         (Type::STREAM, Protocol::TCP)
     } else {
@@ -55,8 +73,9 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
         }
         Ok(s)
     };
-    // Probe without SO_REUSEPORT: fails with EADDRINUSE if anyone else has the port.
-    {
+    // Probe without SO_REUSEPORT: fails with EADDRINUSE if anyone else has the port. Port 0
+    // (`-p -1`): the first socket picks a free port and the others join it.
+    if addr.port() != 0 {
         let probe = new()?;
         probe.bind(&addr.into()).with_context(ctx)?;
     }
@@ -65,7 +84,12 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
         let s = new()?;
         s.set_reuse_port(true).with_context(ctx)?;
         s.set_nonblocking(true).with_context(ctx)?;
-        s.bind(&addr.into()).with_context(ctx)?;
+        s.bind(&bind_to.into()).with_context(ctx)?;
+        if bind_to.port() == 0 {
+            if let Some(a) = s.local_addr().ok().and_then(|a| a.as_socket()) {
+                bind_to.set_port(a.port());
+            }
+        }
         if tcp {
             // listen() comes later (see `listen`), when everything else is ready
         } else {
@@ -92,184 +116,27 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> 
 
 /// Starts listening on every TCP socket: the last step of start-up, since a client (or a test)
 /// takes an accepted connection for "ready", UDP (and the AF_XDP path) included.
-pub fn listen(per_worker: &[WorkerSockets]) -> Result<()> {
+pub fn listen(per_worker: &[WorkerSockets], backlog: i32) -> Result<()> {
     for p in per_worker {
-        for s in &p.tcp {
-            s.listen(1024).context("listen")?;
+        for (s, _) in &p.tcp {
+            s.listen(backlog).context("failed to listen on TCP")?;
         }
     }
     Ok(())
 }
 
-/// The sockets one worker serves.
-pub struct WorkerSockets {
-    pub tcp: Vec<Socket>,
-    pub udp: Vec<Socket>,
-    /// AF_XDP sockets (`--afxdp`), see afxdp.rs.
-    pub xsk: Vec<crate::afxdp::XskSocket>,
-}
-
 /// Worker w runs on CPU w (`--steer-cpumap`).
 pub static PIN_WORKERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-struct Conn {
-    sock: TcpStream,
-    rbuf: Vec<u8>,
-    rstart: usize,
-    rend: usize,
-    wbuf: Vec<u8>,
-    wpos: usize,
-    /// wbuf[..safe] may be sent: in cooperative mode, answers wait until the kernel cache
-    /// operations of their requests are committed (once per event-loop round, see run_worker).
-    safe: usize,
-    swallow: usize,
-    closing: bool,
-}
-
-#[derive(PartialEq, Eq)]
-enum Status {
-    /// Wait for the next readiness event.
-    Idle,
-    /// Has more work: resume after serving others.
-    More,
-    Close,
-}
-
-impl Conn {
-    fn new(sock: TcpStream) -> Self {
-        Conn {
-            sock,
-            rbuf: vec![0; 16 * 1024],
-            rstart: 0,
-            rend: 0,
-            wbuf: Vec::new(),
-            wpos: 0,
-            safe: 0,
-            swallow: 0,
-            closing: false,
-        }
-    }
-
-    fn backlog(&self) -> usize {
-        self.wbuf.len() - self.wpos
-    }
-
-    /// Executes every complete request in the read buffer.
-    fn process(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) {
-        while self.rstart < self.rend && !self.closing && self.backlog() < WBUF_HIGH {
-            if self.swallow > 0 {
-                let n = self.swallow.min(self.rend - self.rstart);
-                self.rstart += n;
-                self.swallow -= n;
-                continue;
-            }
-            let buf = &self.rbuf[self.rstart..self.rend];
-            match parse_request_with(buf, limits) {
-                Ok(Some((req, used))) => {
-                    let note = crate::coop::note(&req);
-                    if exec::execute(sh, w, req, &mut self.wbuf) == Next::Close {
-                        self.closing = true;
-                    }
-                    crate::coop::apply(sh, w, note);
-                    self.rstart += used;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    if e.close {
-                        self.closing = true;
-                        break;
-                    }
-                    exec::parse_error(sh, w, buf, &e, &mut self.wbuf);
-                    coop_parse_error(sh, w, buf, &e);
-                    self.rstart += e.consumed;
-                    self.swallow = e.swallow;
-                }
-            }
-        }
-        if self.rstart == self.rend {
-            self.rstart = 0;
-            self.rend = 0;
-            if self.rbuf.len() > 1 << 20 {
-                self.rbuf = vec![0; 16 * 1024];
-            }
-        }
-    }
-
-    /// Writes pending output; Err on a dead connection.
-    fn flush(&mut self, sh: &Shared, w: usize) -> std::io::Result<()> {
-        while self.wpos < self.safe {
-            match self.sock.write(&self.wbuf[self.wpos..self.safe]) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    self.wpos += n;
-                    sh.workers[w].add(C::bytes_written, n as u64);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if self.wpos < self.wbuf.len() {
-            return Ok(()); // the rest waits for its commit
-        }
-        self.wbuf.clear();
-        self.wpos = 0;
-        self.safe = 0;
-        if self.wbuf.capacity() > 1 << 20 {
-            self.wbuf = Vec::new();
-        }
-        Ok(())
-    }
-
-    fn drive(&mut self, sh: &Arc<Shared>, w: usize, limits: &Limits) -> Status {
-        let mut reads = 0;
-        loop {
-            self.process(sh, w, limits);
-            if !crate::coop::enabled() {
-                self.safe = self.wbuf.len();
-            }
-            if self.flush(sh, w).is_err() {
-                return Status::Close;
-            }
-            if self.closing {
-                return if self.backlog() == 0 {
-                    Status::Close
-                } else {
-                    Status::Idle
-                };
-            }
-            if self.backlog() >= WBUF_HIGH {
-                // The peer is not reading: wait until the socket is writable again.
-                return Status::Idle;
-            }
-            if reads == READS_PER_TURN {
-                return Status::More;
-            }
-            reads += 1;
-            // Make room: compact, then grow if a request needs more than the buffer holds.
-            if self.rstart > 0
-                && (self.rend == self.rbuf.len() || self.rstart > self.rbuf.len() / 2)
-            {
-                self.rbuf.copy_within(self.rstart..self.rend, 0);
-                self.rend -= self.rstart;
-                self.rstart = 0;
-            }
-            if self.rbuf.len() - self.rend < READ_CHUNK / 4 {
-                let grow = (self.rbuf.len()).max(READ_CHUNK);
-                self.rbuf.resize(self.rbuf.len() + grow, 0);
-            }
-            match self.sock.read(&mut self.rbuf[self.rend..]) {
-                Ok(0) => return Status::Close,
-                Ok(n) => {
-                    self.rend += n;
-                    sh.workers[w].add(C::bytes_read, n as u64);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Status::Idle,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return Status::Close,
-            }
-        }
-    }
+/// The sockets one worker serves.
+pub struct WorkerSockets {
+    /// TCP listeners with the protocol each speaks (`-B`, or `proto[...]` in `-l`).
+    pub tcp: Vec<(Socket, Proto)>,
+    pub udp: Vec<Socket>,
+    /// The unix socket listener (`-s`), shared by every worker.
+    pub unix: Option<(std::os::unix::net::UnixListener, String)>,
+    /// AF_XDP sockets (`--afxdp`), see afxdp.rs.
+    pub xsk: Vec<crate::afxdp::XskSocket>,
 }
 
 /// Datagrams received (and answered) per `recvmmsg`/`sendmmsg` round.
@@ -317,6 +184,8 @@ struct UdpBatch {
     rctl: Vec<[u64; 8]>,
     /// Per received buffer: the size of the datagrams GRO coalesced into it (0: one datagram).
     segs: Vec<usize>,
+    /// Ends of the reply messages of one datagram in `out`.
+    ends: Vec<usize>,
 }
 
 impl UdpBatch {
@@ -340,6 +209,7 @@ impl UdpBatch {
             gso: true,
             rctl: vec![[0; 8]; UDP_BATCH],
             segs: vec![0; UDP_BATCH],
+            ends: Vec::with_capacity(8),
         }
     }
 
@@ -576,27 +446,79 @@ fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
     unsafe { std::slice::from_raw_parts((a as *const libc::sockaddr_storage).cast::<u8>(), n) }
 }
 
-/// A too large store deletes its key (exec::parse_error): the kernel's entry goes too.
-fn coop_parse_error(sh: &Shared, w: usize, buf: &[u8], e: &inkproto::request::ProtoError) {
-    if e.kind == inkproto::request::ErrorKind::TooLarge {
-        if let Some((a, b)) = e.key {
-            crate::coop::invalidate(sh, w, &buf[a..b]);
-        }
-    }
-}
-
-/// Executes the requests of one datagram, appending the answer to `out`.
+/// Executes the requests of one datagram from `pos` on, appending the answer to `out`. Each
+/// binary answer is a reply message of its own, as memcached sends them; the text answers of a
+/// datagram go out as one message. `ends` gets the end of every message in `out`. If a request
+/// must wait for flash reads, returns its ticket and position (its answer and the following
+/// ones are not in `out`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn execute_datagram(
     sh: &Arc<Shared>,
     w: usize,
     limits: &Limits,
     dgram: &[u8],
+    mut pos: usize,
+    resume: Option<Ticket>,
     out: &mut Vec<u8>,
-) {
-    // which worker owns the request's key (steer.rs), counted with or without steering
-    let n = sh.settings.threads;
+    ends: &mut Vec<usize>,
+) -> Option<(Ticket, usize)> {
+    let n = dgram.len();
+    if resume.is_none() {
+        count_owner(sh, w, &dgram[HEADER_LEN.min(n)..]);
+    }
+    // every request of a datagram speaks the protocol of its first byte
+    let mut session = Session::udp();
+    if n > HEADER_LEN {
+        session.proto = if dgram[HEADER_LEN] == inkproto::binary::REQ_MAGIC {
+            crate::config::Proto::Binary
+        } else {
+            crate::config::Proto::Ascii
+        };
+    }
+    while pos < n {
+        let buf = &dgram[pos..n];
+        let before = out.len();
+        let mut used_swallow = None;
+        let r = extio::attempt(&sh.workers[w], resume, out, |out| {
+            match session.step(sh, w, limits, buf, out) {
+                Step::NeedMore => Next::Drop,
+                Step::Done {
+                    used,
+                    swallow,
+                    next,
+                } => {
+                    used_swallow = Some(used + swallow);
+                    next
+                }
+            }
+        });
+        let next = match r {
+            Attempt::Done(next) => next,
+            Attempt::Wait(t) => return Some((t, pos)),
+        };
+        let Some(u) = used_swallow else { break };
+        pos += u;
+        if session.proto == crate::config::Proto::Binary && out.len() > before {
+            ends.push(out.len());
+        }
+        if !matches!(next, Next::Continue | Next::Flush | Next::Pause) {
+            break;
+        }
+    }
+    if ends.last() != Some(&out.len()) {
+        ends.push(out.len());
+    }
+    if let Some(t) = resume {
+        extio::release(t);
+    }
+    None
+}
+
+/// Counts whether worker `w` owns the request's first key (steer.rs), with or without steering.
+fn count_owner(sh: &Shared, w: usize, req: &[u8]) {
+    let n = sh.workers.len();
     if n > 1 {
-        if let Some(o) = crate::steer::owner(&dgram[HEADER_LEN.min(dgram.len())..], n) {
+        if let Some(o) = crate::steer::owner(req, n) {
             sh.workers[w].inc(if o == w {
                 C::steer_owned
             } else {
@@ -604,41 +526,153 @@ pub(crate) fn execute_datagram(
             });
         }
     }
-    let mut pos = HEADER_LEN;
-    let n = dgram.len();
-    while pos < n {
-        let buf = &dgram[pos..n];
-        match parse_request_with(buf, limits) {
-            Ok(Some((req, used))) => {
-                let note = crate::coop::note(&req);
-                let quit = exec::execute(sh, w, req, out) == Next::Close;
-                crate::coop::apply(sh, w, note);
-                pos += used;
-                if quit {
-                    break;
-                }
-            }
-            Ok(None) => break,
-            Err(e) => {
-                if e.close {
-                    break;
-                }
-                exec::parse_error(sh, w, buf, &e, out);
-                coop_parse_error(sh, w, buf, &e);
-                pos += e.consumed + e.swallow;
-            }
+}
+
+/// A UDP datagram whose requests wait for flash reads.
+struct Parked {
+    /// Index of the worker's UDP socket it came on.
+    sock: usize,
+    addr: libc::sockaddr_storage,
+    addr_len: libc::socklen_t,
+    request_id: u16,
+    /// The datagram (frame header included) and where execution stopped.
+    dgram: Vec<u8>,
+    pos: usize,
+    /// Answers of the requests before `pos`.
+    out: Vec<u8>,
+    ticket: Ticket,
+}
+
+/// The UDP datagrams a worker parked, by slot (token `PARK_BASE + slot`).
+#[derive(Default)]
+struct ParkedUdp {
+    slots: Vec<Option<Parked>>,
+    free: Vec<usize>,
+    count: usize,
+}
+
+impl ParkedUdp {
+    fn park(&mut self, p: Parked) {
+        let t = p.ticket;
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        self.slots[slot] = Some(p);
+        self.count += 1;
+        extio::watch(t, Token(PARK_BASE + slot));
+    }
+}
+
+/// Executes a parked datagram again; sends its answer once nothing waits any more.
+fn resume_udp(
+    parked: &mut ParkedUdp,
+    slot: usize,
+    udps: &[UdpSocket],
+    sh: &Arc<Shared>,
+    w: usize,
+    limits: &Limits,
+) {
+    let Some(Some(mut p)) = parked.slots.get_mut(slot).map(Option::take) else {
+        return;
+    };
+    parked.free.push(slot);
+    parked.count -= 1;
+    if !extio::is_ready(p.ticket) {
+        parked.park(p);
+        return;
+    }
+    let mut ends = Vec::new();
+    let pos = p.pos;
+    match execute_datagram(
+        sh,
+        w,
+        limits,
+        &p.dgram,
+        pos,
+        Some(p.ticket),
+        &mut p.out,
+        &mut ends,
+    ) {
+        Some((t, pos)) => {
+            p.ticket = t;
+            p.pos = pos;
+            parked.park(p);
+        }
+        None => {
+            crate::coop::commit(sh, w);
+            let sent = send_reply(
+                udps[p.sock].as_raw_fd(),
+                &p.addr,
+                p.addr_len,
+                p.request_id,
+                &p.out,
+            );
+            sh.workers[w].add(C::bytes_written, sent);
         }
     }
+}
+
+/// Sends one answer to `addr`, cut into frames as [`serve_udp`] cuts them. Returns the bytes
+/// sent.
+fn send_reply(
+    fd: RawFd,
+    addr: &libc::sockaddr_storage,
+    addr_len: libc::socklen_t,
+    request_id: u16,
+    payload: &[u8],
+) -> u64 {
+    if payload.is_empty() {
+        return 0;
+    }
+    let total = payload.len().div_ceil(MAX_PAYLOAD);
+    if total > u16::MAX as usize {
+        return 0;
+    }
+    let mut sent = 0;
+    for (j, chunk) in payload.chunks(MAX_PAYLOAD).enumerate() {
+        let h = FrameHeader {
+            request_id,
+            seq: j as u16,
+            total: total as u16,
+            reserved: 0,
+        }
+        .encode();
+        let mut iov = [
+            libc::iovec {
+                iov_base: h.as_ptr() as *mut libc::c_void,
+                iov_len: HEADER_LEN,
+            },
+            libc::iovec {
+                iov_base: chunk.as_ptr() as *mut libc::c_void,
+                iov_len: chunk.len(),
+            },
+        ];
+        // SAFETY: msghdr is plain old data; all-zero is valid.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_name = (addr as *const libc::sockaddr_storage as *mut libc::sockaddr_storage).cast();
+        m.msg_namelen = addr_len;
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = 2;
+        // SAFETY: the message points at `addr`, `h` and `chunk`, all alive for the call, which
+        // only reads them.
+        let r = unsafe { libc::sendmsg(fd, &m, libc::MSG_DONTWAIT) };
+        if r > 0 {
+            sent += r as u64;
+        }
+    }
+    sent
 }
 
 /// Serves one UDP socket: up to [`DGRAMS_PER_TURN`] datagrams, received and answered in
 /// batches. Returns true if more may wait.
 fn serve_udp(
-    sock: &UdpSocket,
+    (sock, sock_idx): (&UdpSocket, usize),
     sh: &Arc<Shared>,
     w: usize,
     limits: &Limits,
     b: &mut UdpBatch,
+    parked: &mut ParkedUdp,
 ) -> bool {
     let fd = sock.as_raw_fd();
     let st = &sh.workers[w];
@@ -663,34 +697,66 @@ fn serve_udp(
                 let Some(hdr) = FrameHeader::decode(dgram) else {
                     continue;
                 };
-                let start = b.out.len();
+                let mut start = b.out.len();
+                b.ends.clear();
                 if hdr.total != 1 || hdr.seq != 0 {
                     b.out
                         .extend_from_slice(b"SERVER_ERROR multi-packet request not supported\r\n");
-                } else {
-                    execute_datagram(sh, w, limits, dgram, &mut b.out);
-                }
-                let end = b.out.len();
-                if start == end {
-                    continue;
-                }
-                let total = (end - start).div_ceil(MAX_PAYLOAD);
-                if total > u16::MAX as usize {
+                    b.ends.push(b.out.len());
+                } else if let Some((ticket, pos)) = execute_datagram(
+                    sh,
+                    w,
+                    limits,
+                    dgram,
+                    HEADER_LEN,
+                    None,
+                    &mut b.out,
+                    &mut b.ends,
+                ) {
+                    // Answered later, once the flash reads are in; UDP may drop it when too
+                    // many wait already.
+                    if parked.count < MAX_PARKED {
+                        parked.park(Parked {
+                            sock: sock_idx,
+                            addr: b.addrs[i],
+                            addr_len: b.addr_lens[i],
+                            request_id: hdr.request_id,
+                            dgram: dgram.to_vec(),
+                            pos,
+                            out: b.out[start..].to_vec(),
+                            ticket,
+                        });
+                    } else {
+                        extio::cancel(ticket);
+                    }
                     b.out.truncate(start);
                     continue;
                 }
-                for (j, s) in (start..end).step_by(MAX_PAYLOAD).enumerate() {
-                    let h = FrameHeader {
-                        request_id: hdr.request_id,
-                        seq: j as u16,
-                        total: total as u16,
-                        reserved: 0,
-                    };
-                    b.hdrs.push(h.encode());
-                    b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
+                for k in 0..b.ends.len() {
+                    let end = b.ends[k];
+                    if start == end {
+                        continue;
+                    }
+                    let total = (end - start).div_ceil(MAX_PAYLOAD);
+                    if total > u16::MAX as usize {
+                        start = end;
+                        continue;
+                    }
+                    for (j, s) in (start..end).step_by(MAX_PAYLOAD).enumerate() {
+                        let h = FrameHeader {
+                            request_id: hdr.request_id,
+                            seq: j as u16,
+                            total: total as u16,
+                            reserved: 0,
+                        };
+                        b.hdrs.push(h.encode());
+                        b.sends.push((i, s, (s + MAX_PAYLOAD).min(end)));
+                    }
+                    start = end;
                 }
             }
         }
+        // cooperative mode: the kernel cache before the answers (coop.rs)
         crate::coop::commit(sh, w);
         let sent = b.send(fd, n);
         st.add(C::bytes_written, sent);
@@ -704,23 +770,82 @@ fn serve_udp(
     true
 }
 
+/// Closes connection `idx` of a worker.
+fn close_conn(
+    idx: usize,
+    conns: &mut [Option<Conn>],
+    free: &mut Vec<usize>,
+    registry: &mio::Registry,
+    sh: &Shared,
+    w: usize,
+) {
+    let Some(mut c) = conns[idx].take() else {
+        return;
+    };
+    if let Some(t) = c.wait {
+        extio::cancel(t);
+    }
+    let fd = c.sock.fd();
+    let _ = registry.deregister(c.sock.source());
+    let peer = sh.conns.remove(fd).unwrap_or_default();
+    crate::watch::conn_event(false, &peer, fd);
+    if c.watch.is_some() {
+        crate::watch::WATCH.remove(c.session.ctx.id);
+    }
+    free.push(idx);
+    sh.workers[w].atomic_add(C::curr_connections, -1);
+    if sh.rt.verbosity.load(Ordering::Relaxed) > 1 {
+        eprintln!("<{fd} connection closed.");
+    }
+}
+
 /// Runs worker `w` until shutdown.
 pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Poll) -> Result<()> {
     let limits = Limits {
-        max_item: sh.settings.max_item,
+        max_item: sh.cfg.item_size_max as usize,
+        use_cas: sh.cfg.use_cas,
     };
     let registry = poll.registry().try_clone()?;
-    let mut listeners: Vec<TcpListener> = Vec::new();
-    for s in socks.tcp {
+    let never = Arc::new(AtomicU32::new(sh.store.now()));
+    let mut listeners: Vec<(Listener, Proto)> = Vec::new();
+    for (s, proto) in socks.tcp {
+        let local = s.local_addr().ok().and_then(|a| a.as_socket());
         let mut l = TcpListener::from_std(s.into());
         registry.register(&mut l, Token(listeners.len()), Interest::READABLE)?;
-        listeners.push(l);
+        sh.conns.add(
+            l.as_raw_fd(),
+            Kind::Listen,
+            addr_text(local, false, None),
+            String::new(),
+            never.clone(),
+        );
+        listeners.push((Listener::Tcp(l), proto));
+    }
+    if let Some((u, path)) = socks.unix {
+        let mut l = UnixListener::from_std(u);
+        registry.register(&mut l, Token(listeners.len()), Interest::READABLE)?;
+        sh.conns.add(
+            l.as_raw_fd(),
+            Kind::Listen,
+            addr_text(None, false, Some(&path)),
+            String::new(),
+            never.clone(),
+        );
+        listeners.push((Listener::Unix(l), sh.cfg.protocol));
     }
     let udp_base = listeners.len();
     let mut udps: Vec<UdpSocket> = Vec::new();
     for s in socks.udp {
+        let local = s.local_addr().ok().and_then(|a| a.as_socket());
         let mut u = UdpSocket::from_std(s.into());
         registry.register(&mut u, Token(udp_base + udps.len()), Interest::READABLE)?;
+        sh.conns.add(
+            u.as_raw_fd(),
+            Kind::Udp,
+            addr_text(local, true, None),
+            String::new(),
+            never.clone(),
+        );
         udps.push(u);
     }
     let mut xsks = socks.xsk;
@@ -741,36 +866,36 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
         }
     }
+    let mut unused = Vec::new();
+    // cooperative mode: connections whose answers wait for the round's commit
+    let mut unsent: Vec<usize> = Vec::new();
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut pending: Vec<Token> = Vec::new();
     let mut events = Events::with_capacity(256);
     let mut ubatch = UdpBatch::new();
     let st = &sh.workers[w];
-    let verbose = sh.settings.verbose;
+    let verbose = || sh.rt.verbosity.load(Ordering::Relaxed);
+    // Listeners not accepting while at the connection limit (without maxconns_fast).
+    let mut paused = false;
+    let mut last_idle_scan = sh.store.now();
+    let mut parked = ParkedUdp::default();
+    if let Err(e) = extio::init_worker(sh.store.ext(), &registry, EXT_IO) {
+        eprintln!("inkcached: worker {w}: flash reads unavailable ({e:#}); its flash items miss");
+    }
 
-    let mut unused = Vec::new();
-    let mut unsent: Vec<usize> = Vec::new();
-    let close = |idx: usize, conns: &mut Vec<Option<Conn>>, free: &mut Vec<usize>| {
-        let Some(mut c) = conns[idx].take() else {
-            return;
-        };
-        let _ = registry.deregister(&mut c.sock);
-        free.push(idx);
-        st.atomic_add(C::curr_connections, -1);
-        if verbose > 1 {
-            eprintln!("<{} connection closed.", CONN_BASE + idx);
-        }
-    };
     while !sh.shutdown.load(Ordering::Relaxed) {
+        extio::submit_pending();
         // sent AF_XDP frames come back, the fill rings stay topped up
         for x in xsks.iter_mut() {
             x.recycle(&mut unused);
         }
-        let timeout = if !xsks.is_empty() && pending.is_empty() {
-            Some(Duration::from_millis(10))
-        } else if pending.is_empty() {
-            Some(Duration::from_millis(500))
+        let timeout = if pending.is_empty() {
+            Some(Duration::from_millis(if paused || !xsks.is_empty() {
+                10
+            } else {
+                500
+            }))
         } else {
             Some(Duration::ZERO)
         };
@@ -782,7 +907,36 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
         }
         let mut todo: Vec<Token> = std::mem::take(&mut pending);
         for ev in events.iter() {
+            if ev.token() == WAKE {
+                // log lines for this worker's watchers
+                for (i, c) in conns.iter().enumerate() {
+                    if c.as_ref().is_some_and(|c| c.watch.is_some()) {
+                        todo.push(Token(CONN_BASE + i));
+                    }
+                }
+            }
             todo.push(ev.token());
+        }
+        if paused {
+            // retry accepting (memcached's maxconns handler polls every 10 ms)
+            paused = false;
+            todo.extend((0..udp_base).map(Token));
+        }
+        let idle = sh.cfg.idle_timeout;
+        let now = sh.store.now();
+        if idle > 0 && now != last_idle_scan {
+            last_idle_scan = now;
+            for (i, c) in conns.iter_mut().enumerate() {
+                if let Some(c) = c.as_mut().filter(|c| c.watch.is_none()) {
+                    let last = c.last_cmd.load(Ordering::Relaxed) & !crate::conns::MWRITE;
+                    if now.saturating_sub(last) > idle as u32 {
+                        st.inc(C::idle_kicks);
+                        c.closing = true;
+                        c.dropping = true;
+                        todo.push(Token(CONN_BASE + i));
+                    }
+                }
+            }
         }
         todo.sort_unstable();
         todo.dedup();
@@ -790,44 +944,70 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             if tok == WAKE {
                 continue;
             }
+            if tok == EXT_IO {
+                let store = &sh.store;
+                pending.extend(extio::on_event(&mut |k, p| store.drop_flash(k, p)));
+                continue;
+            }
             let t = tok.0;
+            if t >= PARK_BASE {
+                resume_udp(&mut parked, t - PARK_BASE, &udps, &sh, w, &limits);
+                continue;
+            }
             if t < udp_base {
                 // Accept everything waiting.
-                loop {
-                    match listeners[t].accept() {
-                        Ok((mut s, peer)) => {
-                            let cur = crate::stats::sum_one(&sh.workers, C::curr_connections);
-                            if cur >= sh.settings.max_conns as u64 {
+                while !paused {
+                    match listeners[t].0.accept() {
+                        Ok((mut s, peer, local)) => {
+                            // memcached's rule: a descriptor number at -c minus one or above
+                            if sh.cfg.maxconns_fast && s.fd() >= sh.cfg.maxconns - 1 {
                                 st.atomic_add(C::rejected_connections, 1);
                                 let _ = s.write(b"ERROR Too many open connections\r\n");
                                 continue;
                             }
-                            let _ = s.set_nodelay(true);
                             let idx = free.pop().unwrap_or_else(|| {
                                 conns.push(None);
                                 conns.len() - 1
                             });
                             let tok = Token(CONN_BASE + idx);
                             if registry
-                                .register(&mut s, tok, Interest::READABLE | Interest::WRITABLE)
+                                .register(s.source(), tok, Interest::READABLE | Interest::WRITABLE)
                                 .is_err()
                             {
                                 free.push(idx);
                                 continue;
                             }
-                            if verbose > 1 {
-                                eprintln!("<{} new client connection from {peer}", tok.0);
+                            let fd = s.fd();
+                            if verbose() > 1 {
+                                eprintln!("<{fd} new client connection");
                             }
-                            conns[idx] = Some(Conn::new(s));
+                            let c = Conn::new(
+                                s,
+                                Session::new(&sh, listeners[t].1, fd as usize),
+                                sh.store.now(),
+                            );
+                            sh.conns
+                                .add(fd, Kind::Conn, peer.clone(), local, c.last_cmd.clone());
+                            crate::watch::conn_event(true, &peer, fd);
+                            conns[idx] = Some(c);
                             st.atomic_add(C::curr_connections, 1);
                             st.atomic_add(C::total_connections, 1);
                             pending.push(tok);
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e)
+                            if e.raw_os_error() == Some(libc::EMFILE) && !sh.cfg.maxconns_fast =>
+                        {
+                            // out of descriptors (the limit is -c): stop accepting for a
+                            // while, as memcached's accept_new_conns(false)
+                            paused = true;
+                            st.atomic_add(C::listen_disabled_num, 1);
+                            break;
+                        }
                         Err(e) => {
                             // EMFILE and friends: back off rather than spin.
-                            if verbose > 0 {
+                            if verbose() > 0 {
                                 eprintln!("accept: {e}");
                             }
                             std::thread::sleep(Duration::from_millis(10));
@@ -840,7 +1020,8 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                     pending.push(tok);
                 }
             } else if t < CONN_BASE {
-                let more = serve_udp(&udps[t - udp_base], &sh, w, &limits, &mut ubatch);
+                let i = t - udp_base;
+                let more = serve_udp((&udps[i], i), &sh, w, &limits, &mut ubatch, &mut parked);
                 if more {
                     pending.push(tok);
                 }
@@ -849,14 +1030,23 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                 let Some(Some(c)) = conns.get_mut(idx) else {
                     continue;
                 };
-                let status = c.drive(&sh, w, &limits);
-                if c.safe < c.wbuf.len() {
+                let status = if c.dropping {
+                    Status::Close
+                } else {
+                    c.drive(&sh, w, &limits, tok)
+                };
+                if status != Status::Close && c.held() {
                     unsent.push(idx);
                 }
                 match status {
                     Status::Idle => {}
                     Status::More => pending.push(tok),
-                    Status::Close => close(idx, &mut conns, &mut free),
+                    Status::Close => {
+                        close_conn(idx, &mut conns, &mut free, &registry, &sh, w);
+                        if paused {
+                            pending.extend((0..udp_base).map(Token));
+                        }
+                    }
                 }
             }
         }
@@ -867,13 +1057,13 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                 let Some(Some(c)) = conns.get_mut(idx) else {
                     continue;
                 };
-                c.safe = c.wbuf.len();
-                if c.flush(&sh, w).is_err() || (c.closing && c.backlog() == 0) {
-                    close(idx, &mut conns, &mut free);
+                if c.release(&sh, w) == Status::Close {
+                    close_conn(idx, &mut conns, &mut free, &registry, &sh, w);
                 }
             }
         }
     }
+    extio::shutdown_worker();
     Ok(())
 }
 

@@ -45,6 +45,9 @@ counters!(
     auth_errors,
     bytes_read,
     bytes_written,
+    conn_yields,
+    idle_kicks,
+    listen_disabled_num,
     // AF_XDP path, key steering and cooperative mode (afxdp.rs, steer.rs, coop.rs)
     afxdp_rx_packets,
     afxdp_tx_packets,
@@ -90,6 +93,18 @@ impl WorkerStats {
     pub fn get(&self, c: usize) -> u64 {
         self.c[c].load(Ordering::Relaxed)
     }
+    /// Every counter, to undo an attempt that is executed again later (see `ext::io`).
+    pub fn snapshot(&self) -> [u64; NAMES.len()] {
+        std::array::from_fn(|i| self.c[i].load(Ordering::Relaxed))
+    }
+    /// Puts back what [`WorkerStats::snapshot`] took (connection gauges excepted).
+    pub fn restore(&self, s: &[u64; NAMES.len()]) {
+        for (i, a) in self.c.iter().enumerate() {
+            if i != C::curr_connections as usize && i != C::total_connections as usize {
+                a.store(s[i], Ordering::Relaxed);
+            }
+        }
+    }
     pub fn reset(&self) {
         for (i, a) in self.c.iter().enumerate() {
             if i != C::curr_connections as usize {
@@ -111,10 +126,68 @@ pub fn sum(workers: &[WorkerStats]) -> Vec<u64> {
         .collect()
 }
 
-/// The sum of one counter over the workers.
-pub fn sum_one(workers: &[WorkerStats], c: C) -> u64 {
-    workers
-        .iter()
-        .map(|w| w.get(c as usize))
-        .fold(0u64, u64::wrapping_add)
+/// memcached's per-request extstore counters (printed after `get_flushed` when a flash tier
+/// runs).
+pub fn extstore_gets(out: &mut Vec<u8>, store: &crate::store::Store) {
+    use inkproto::response as resp;
+    let Some(e) = store.ext() else { return };
+    let s = &e.stats;
+    for (name, a) in [
+        ("get_extstore", &s.get_extstore),
+        ("get_aborted_extstore", &s.get_aborted_extstore),
+        ("get_oom_extstore", &s.get_oom_extstore),
+        ("recache_from_extstore", &s.recache_from_extstore),
+        ("miss_from_extstore", &s.miss_from_extstore),
+        ("badcrc_from_extstore", &s.badcrc_from_extstore),
+    ] {
+        resp::stat(out, name, a.load(Ordering::Relaxed));
+    }
+}
+
+/// memcached's `extstore_*` counters (at the end of `stats` when a flash tier runs).
+pub fn extstore(out: &mut Vec<u8>, store: &crate::store::Store) {
+    use inkproto::response as resp;
+    let Some(e) = store.ext() else { return };
+    let s = &e.stats;
+    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let (free, used) = e.pages();
+    let (objs, bytes) = e.objects_used();
+    let written_pages = used * e.cfg.page_size;
+    resp::stat(out, "extstore_compact_lost", l(&s.compact_lost));
+    resp::stat(out, "extstore_compact_rescues", l(&s.compact_rescues));
+    resp::stat(out, "extstore_compact_skipped", l(&s.compact_skipped));
+    resp::stat(out, "extstore_page_allocs", l(&s.page_allocs));
+    resp::stat(out, "extstore_page_evictions", l(&s.page_evictions));
+    resp::stat(out, "extstore_page_reclaims", l(&s.page_reclaims));
+    resp::stat(out, "extstore_pages_free", free);
+    resp::stat(out, "extstore_pages_used", used);
+    resp::stat(out, "extstore_objects_evicted", l(&s.objects_evicted));
+    resp::stat(out, "extstore_objects_read", l(&s.objects_read));
+    resp::stat(out, "extstore_objects_written", l(&s.objects_written));
+    resp::stat(out, "extstore_objects_used", objs);
+    resp::stat(out, "extstore_bytes_evicted", l(&s.bytes_evicted));
+    resp::stat(out, "extstore_bytes_written", l(&s.bytes_written));
+    resp::stat(out, "extstore_bytes_read", l(&s.bytes_read));
+    resp::stat(out, "extstore_bytes_used", bytes);
+    resp::stat(
+        out,
+        "extstore_bytes_fragmented",
+        written_pages.saturating_sub(bytes),
+    );
+    resp::stat(out, "extstore_limit_maxbytes", e.limit());
+    resp::stat(out, "extstore_io_queue", l(&s.io_queue));
+    resp::stat(out, "extstore_write_skipped", l(&s.write_skipped));
+}
+
+/// The flash tier's settings in `stats settings`, named as memcached names them.
+pub fn extstore_settings(out: &mut Vec<u8>, store: &crate::store::Store) {
+    use inkproto::response as resp;
+    let Some(e) = store.ext() else { return };
+    let c = &e.cfg;
+    resp::stat(out, "ext_item_size", c.item_size);
+    resp::stat(out, "ext_recache_rate", c.recache_rate);
+    resp::stat(out, "ext_wbuf_size", c.wbuf_size);
+    resp::stat(out, "ext_page_size", c.page_size);
+    resp::stat(out, "ext_drop_unread", "yes");
+    resp::stat(out, "ext_path", format!("{}:{}", c.path.display(), c.size));
 }

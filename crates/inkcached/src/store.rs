@@ -1,5 +1,8 @@
 //! The item store: a sharded hash table with one allocation per item and an LRU per shard.
 //!
+//! Long file: every command's store semantics (memcached's, item by item) work on the same shard,
+//! LRU and item layout under one lock; they are kept side by side to be read against each other.
+//!
 //! Each item is a single boxed byte slice: a fixed header (CAS, flags, expiry, store time, key
 //! length), the key, then the value. A shard holds a slot vector (item + LRU links as `u32`
 //! indices) and a `hashbrown::HashTable<u32>` of slot indices, behind one mutex. The memory limit
@@ -8,55 +11,127 @@
 //!
 //! Time is memcached's "relative time": seconds since the process started, plus 2 so that an
 //! exptime of 1 always means "already expired".
+//!
+//! With a flash tier ([`crate::ext`]), an item whose value is large enough is not dropped from
+//! the LRU tail but written to flash: its slot keeps the header and key, with a [`Ptr`] in place
+//! of the value, and moves to a second LRU of such items (dropped from its tail only when no
+//! value in RAM is left to move). Reading the value of a flash item goes through
+//! [`crate::ext::io`]: it is at hand (read for the current request, or still in a write buffer),
+//! or the request records that it needs it and is executed again once it was read.
 
+#[path = "store_meta.rs"]
+pub mod meta;
+pub use meta::{ClassStats, Meta, StoreOpts};
+
+use crate::ext::{self, io, Ext, Ptr, Rescue};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Exptimes above this many seconds are absolute unix times (memcached's `REALTIME_MAXDELTA`).
 pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
 
-const HDR: usize = 8 + 4 + 4 + 4 + 1;
+const HDR: usize = 8 + 4 + 4 + 4 + 1 + 1;
 const OFF_CAS: usize = 0;
 const OFF_FLAGS: usize = 8;
 const OFF_EXP: usize = 12;
 const OFF_TIME: usize = 16;
 const OFF_KLEN: usize = 20;
+const OFF_KIND: usize = 21;
+/// Kind bits: the value is on flash (a [`Ptr`] follows the key).
+const K_FLASH: u8 = 1;
+/// The flash value was read since it was written there (it gets another round on compaction).
+const K_FETCHED: u8 = 2;
 const NIL: u32 = u32::MAX;
+/// LRU lists: items with their value in RAM, items with their value on flash.
+const RAM: usize = 0;
+const FLASH: usize = 1;
 /// Bytes counted per item beyond its allocation: slot, hash table entry, allocator header.
 const PER_ITEM_OVERHEAD: usize = 24 + 8 + 16;
 
 /// A read-only view of a stored item.
-pub struct ItemRef<'a>(&'a [u8]);
+pub struct ItemRef<'a> {
+    item: &'a [u8],
+    /// A flash item's value, when at hand.
+    val: Option<&'a [u8]>,
+}
 
 impl<'a> ItemRef<'a> {
+    fn ram(item: &'a [u8]) -> Self {
+        ItemRef { item, val: None }
+    }
     pub fn cas(&self) -> u64 {
-        u64::from_le_bytes(self.0[OFF_CAS..OFF_CAS + 8].try_into().unwrap())
+        u64::from_le_bytes(self.item[OFF_CAS..OFF_CAS + 8].try_into().unwrap())
     }
     pub fn flags(&self) -> u32 {
-        rd32(self.0, OFF_FLAGS)
+        rd32(self.item, OFF_FLAGS)
     }
     /// Expiry in relative seconds, 0 for never.
     pub fn exptime(&self) -> u32 {
-        rd32(self.0, OFF_EXP)
+        rd32(self.item, OFF_EXP)
     }
     /// Relative time of the last store.
     pub fn time(&self) -> u32 {
-        rd32(self.0, OFF_TIME)
+        rd32(self.item, OFF_TIME)
     }
     pub fn key(&self) -> &'a [u8] {
-        let k = self.0[OFF_KLEN] as usize;
-        &self.0[HDR..HDR + k]
+        let k = self.item[OFF_KLEN] as usize;
+        &self.item[HDR..HDR + k]
     }
+    /// True if the value lives on flash.
+    pub fn on_flash(&self) -> bool {
+        is_flash(self.item)
+    }
+    /// The value. For a flash item whose value is not at hand, this records that the current
+    /// request needs it read (it is then executed again: see [`crate::ext::io`]) and returns
+    /// an empty placeholder that must not reach a client.
     pub fn value(&self) -> &'a [u8] {
-        let k = self.0[OFF_KLEN] as usize;
-        &self.0[HDR + k..]
+        if !is_flash(self.item) {
+            let k = self.item[OFF_KLEN] as usize;
+            return &self.item[HDR + k..];
+        }
+        match self.val {
+            Some(v) => v,
+            None => {
+                io::need(ptr_of(self.item), self.key(), self.cas());
+                &[]
+            }
+        }
     }
-    /// Bytes this item accounts for.
+    /// The value's length, without reading a value on flash.
+    pub fn value_len(&self) -> usize {
+        if is_flash(self.item) {
+            ptr_of(self.item).vlen as usize
+        } else {
+            self.item.len() - HDR - self.item[OFF_KLEN] as usize
+        }
+    }
+    /// Bytes this item accounts for in RAM.
     pub fn size(&self) -> usize {
-        self.0.len() + PER_ITEM_OVERHEAD
+        self.item.len() + PER_ITEM_OVERHEAD
+    }
+}
+
+fn is_flash(item: &[u8]) -> bool {
+    item[OFF_KIND] & K_FLASH != 0
+}
+
+fn ptr_of(item: &[u8]) -> Ptr {
+    let k = item[OFF_KLEN] as usize;
+    Ptr::decode(&item[HDR + k..HDR + k + Ptr::LEN])
+}
+
+fn key_of(item: &[u8]) -> &[u8] {
+    &item[HDR..HDR + item[OFF_KLEN] as usize]
+}
+
+fn list_of(item: &[u8]) -> usize {
+    if is_flash(item) {
+        FLASH
+    } else {
+        RAM
     }
 }
 
@@ -67,6 +142,11 @@ fn wr32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Bytes an item of this key and value length accounts for (see [`ItemRef::size`]).
+fn item_size(klen: usize, vlen: usize) -> usize {
+    HDR + klen + vlen + PER_ITEM_OVERHEAD
+}
+
 fn make_item(key: &[u8], flags: u32, exp: u32, time: u32, cas: u64, parts: &[&[u8]]) -> Box<[u8]> {
     let vlen: usize = parts.iter().map(|p| p.len()).sum();
     let mut v = Vec::with_capacity(HDR + key.len() + vlen);
@@ -75,6 +155,7 @@ fn make_item(key: &[u8], flags: u32, exp: u32, time: u32, cas: u64, parts: &[&[u
     v.extend_from_slice(&exp.to_le_bytes());
     v.extend_from_slice(&time.to_le_bytes());
     v.push(key.len() as u8);
+    v.push(0);
     v.extend_from_slice(key);
     for p in parts {
         v.extend_from_slice(p);
@@ -82,10 +163,22 @@ fn make_item(key: &[u8], flags: u32, exp: u32, time: u32, cas: u64, parts: &[&[u
     v.into_boxed_slice()
 }
 
+/// The same item with its value replaced by a pointer to flash.
+fn flash_item(item: &[u8], p: &Ptr) -> Box<[u8]> {
+    let k = item[OFF_KLEN] as usize;
+    let mut v = Vec::with_capacity(HDR + k + Ptr::LEN);
+    v.extend_from_slice(&item[..HDR + k]);
+    v[OFF_KIND] = K_FLASH;
+    v.extend_from_slice(&p.encode());
+    v.into_boxed_slice()
+}
+
 struct Slot {
     item: Option<Box<[u8]>>,
     prev: u32,
     next: u32,
+    /// Access time and flag bits (memcached's `it->time` and `it_flags`).
+    meta: Meta,
 }
 
 #[derive(Default)]
@@ -93,13 +186,15 @@ struct Shard {
     table: HashTable<u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    head: u32,
-    tail: u32,
+    heads: [u32; 2],
+    tails: [u32; 2],
     bytes: usize,
     items: usize,
     evictions: u64,
     reclaimed: u64,
     total_items: u64,
+    /// Per slab class counters (`stats items`), allocated on first use.
+    classes: Vec<ClassStats>,
 }
 
 /// Storage command modes.
@@ -122,6 +217,8 @@ pub enum StoreResult {
     NotStored,
     Exists,
     NotFound,
+    /// -M and no room without evicting (memcached's `SERVER_ERROR out of memory ...`).
+    NoMemory,
 }
 
 /// Result of incr/decr.
@@ -147,6 +244,8 @@ pub struct StoreStats {
 
 pub struct Store {
     shards: Box<[Mutex<Shard>]>,
+    ext: Option<Arc<Ext>>,
+    recache_counter: AtomicU64,
     shard_shift: u32,
     hasher: hashbrown::DefaultHashBuilder,
     next_cas: AtomicU64,
@@ -155,7 +254,10 @@ pub struct Store {
     /// Items stored at or before this relative time are invalid once it is reached (delayed
     /// `flush_all`); 0 if none.
     oldest_live: AtomicU32,
-    shard_limit: usize,
+    shard_limit: AtomicUsize,
+    /// Bytes of all shards, kept under `-M` only (see `fits`).
+    used: AtomicUsize,
+    opts: StoreOpts,
     started: Instant,
     /// Unix time at relative time 0.
     process_started: i64,
@@ -163,7 +265,14 @@ pub struct Store {
 
 impl Store {
     /// A store holding at most `limit` bytes, for items up to `max_item` bytes.
+    #[cfg(test)]
     pub fn new(limit: usize, max_item: usize) -> Self {
+        Self::with_ext(limit, max_item, StoreOpts::default(), None)
+    }
+
+    /// The same with memcached's `-C`, `-M` and slab classes, and a flash tier for values
+    /// evicted from RAM.
+    pub fn with_ext(limit: usize, max_item: usize, opts: StoreOpts, ext: Option<Arc<Ext>>) -> Self {
         // Enough shards for concurrency, few enough that each can hold a few max-size items.
         let want = (limit / (2 * max_item.max(1))).clamp(1, 256);
         let n = if want.is_power_of_two() {
@@ -174,8 +283,8 @@ impl Store {
         let shards = (0..n)
             .map(|_| {
                 Mutex::new(Shard {
-                    head: NIL,
-                    tail: NIL,
+                    heads: [NIL; 2],
+                    tails: [NIL; 2],
                     ..Default::default()
                 })
             })
@@ -186,12 +295,16 @@ impl Store {
             .unwrap_or(0);
         Store {
             shards,
+            ext,
+            recache_counter: AtomicU64::new(0),
             shard_shift: 64 - n.trailing_zeros(),
             hasher: Default::default(),
             next_cas: AtomicU64::new(1),
             oldest_cas: AtomicU64::new(0),
             oldest_live: AtomicU32::new(0),
-            shard_limit: limit / n,
+            shard_limit: AtomicUsize::new(limit / n),
+            used: AtomicUsize::new(0),
+            opts,
             started: Instant::now(),
             process_started: now - 2,
         }
@@ -199,6 +312,19 @@ impl Store {
 
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// The flash tier, if one runs.
+    pub fn ext(&self) -> Option<&Arc<Ext>> {
+        self.ext.as_ref()
+    }
+
+    /// Runs the flash tier's maintainer (writes, compaction) until `stop`; returns at once
+    /// without a flash tier.
+    pub fn run_ext_maintainer(&self, stop: &AtomicBool) {
+        if let Some(e) = &self.ext {
+            e.maintain(self, stop);
+        }
     }
 
     /// Current relative time in seconds.
@@ -248,12 +374,12 @@ impl Store {
     }
 
     fn live(&self, item: &[u8], now: u32) -> bool {
-        let it = ItemRef(item);
+        let it = ItemRef::ram(item);
         let exp = it.exptime();
         if exp != 0 && exp <= now {
             return false;
         }
-        if it.cas() < self.oldest_cas.load(Ordering::Relaxed) {
+        if it.cas() != 0 && it.cas() < self.oldest_cas.load(Ordering::Relaxed) {
             return false;
         }
         let ol = self.oldest_live.load(Ordering::Relaxed);
@@ -263,18 +389,36 @@ impl Store {
         true
     }
 
+    /// A flash item whose page was reclaimed since: its value is gone.
+    fn stale(&self, item: &[u8]) -> bool {
+        is_flash(item) && self.ext.as_ref().is_none_or(|e| !e.valid(&ptr_of(item)))
+    }
+
     /// Looks `key` up; expired or flushed items are removed. Returns the slot index.
     fn find(&self, sh: &mut Shard, h: u64, key: &[u8], now: u32) -> Option<u32> {
         let slots = &sh.slots;
-        let idx = *sh.table.find(h, |&i| {
-            ItemRef(slots[i as usize].item.as_deref().unwrap()).key() == key
-        })?;
-        if self.live(sh.slots[idx as usize].item.as_deref().unwrap(), now) {
-            Some(idx)
-        } else {
+        let Some(&idx) = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        }) else {
+            crate::watch::on_fetch(key, None, None);
+            return None;
+        };
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        if !self.live(item, now) {
+            self.log_gone(sh, idx, now);
             sh.reclaimed += 1;
+            self.count_reclaimed(sh, idx);
             self.unlink(sh, h, idx);
             None
+        } else if self.stale(item) {
+            if let Some(e) = &self.ext {
+                e.stats.miss_from_extstore.fetch_add(1, Ordering::Relaxed);
+            }
+            self.unlink(sh, h, idx);
+            None
+        } else {
+            self.log_fetch(sh, idx);
+            Some(idx)
         }
     }
 
@@ -284,19 +428,36 @@ impl Store {
         }
         lru_remove(sh, idx);
         let item = sh.slots[idx as usize].item.take().unwrap();
-        sh.bytes -= ItemRef(&item).size();
+        self.release(&item);
+        sh.bytes -= ItemRef::ram(&item).size();
+        self.account(-(ItemRef::ram(&item).size() as isize));
         sh.items -= 1;
         sh.free.push(idx);
     }
 
+    /// A flash item leaves RAM: its bytes on flash are dead.
+    fn release(&self, item: &[u8]) {
+        if is_flash(item) {
+            if let Some(e) = &self.ext {
+                e.release(&ptr_of(item), item[OFF_KLEN] as usize);
+            }
+        }
+    }
+
     /// Inserts a new item, replacing `old` if given; evicts from the LRU tail to stay in budget.
-    fn insert(&self, sh: &mut Shard, h: u64, old: Option<u32>, item: Box<[u8]>) {
-        let size = ItemRef(&item).size();
-        if let Some(o) = old {
-            let prev = sh.slots[o as usize].item.replace(item).unwrap();
-            sh.bytes = sh.bytes - ItemRef(&prev).size() + size;
+    /// The item starts with fresh [`Meta`]; returns its slot.
+    fn insert(&self, sh: &mut Shard, h: u64, old: Option<u32>, item: Box<[u8]>) -> u32 {
+        let size = ItemRef::ram(&item).size();
+        let fresh = Meta::fresh(self.now());
+        let slot = if let Some(o) = old {
             lru_remove(sh, o);
+            let prev = sh.slots[o as usize].item.replace(item).unwrap();
+            self.release(&prev);
+            sh.slots[o as usize].meta = fresh;
+            sh.bytes = sh.bytes - ItemRef::ram(&prev).size() + size;
+            self.account(size as isize - ItemRef::ram(&prev).size() as isize);
             lru_push_front(sh, o);
+            o
         } else {
             let idx = match sh.free.pop() {
                 Some(i) => {
@@ -308,31 +469,177 @@ impl Store {
                         item: Some(item),
                         prev: NIL,
                         next: NIL,
+                        meta: fresh,
                     });
                     (sh.slots.len() - 1) as u32
                 }
             };
+            sh.slots[idx as usize].meta = fresh;
             let slots = &sh.slots;
             sh.table.insert_unique(h, idx, |&i| {
-                self.hash(ItemRef(slots[i as usize].item.as_deref().unwrap()).key())
+                self.hash(key_of(slots[i as usize].item.as_deref().unwrap()))
             });
             lru_push_front(sh, idx);
             sh.bytes += size;
+            self.account(size as isize);
             sh.items += 1;
-        }
+            idx
+        };
         sh.total_items += 1;
-        let newest = sh.head;
-        while sh.bytes > self.shard_limit && sh.tail != NIL && sh.tail != newest {
-            let t = sh.tail;
-            let th = self.hash(ItemRef(sh.slots[t as usize].item.as_deref().unwrap()).key());
-            let now = self.now();
-            if self.live(sh.slots[t as usize].item.as_deref().unwrap(), now) {
-                sh.evictions += 1;
-            } else {
-                sh.reclaimed += 1;
+        self.set_class(sh, slot);
+        self.make_room(sh);
+        slot
+    }
+
+    /// Evicts from the LRU tails until the shard is within its budget: values large enough
+    /// move to flash (their item stays, smaller), others are dropped; items whose value is on
+    /// flash are dropped only when no other value is left in RAM. Never the newest item.
+    fn make_room(&self, sh: &mut Shard) {
+        let newest = sh.heads[RAM];
+        let now = self.now();
+        let limit = self.shard_limit.load(Ordering::Relaxed);
+        loop {
+            if sh.bytes <= limit {
+                // Within budget: only values stored long enough ago go (ext_item_age).
+                let Some(e) = self.ext.as_ref().filter(|e| e.cfg.item_age != u32::MAX) else {
+                    break;
+                };
+                let t = sh.tails[RAM];
+                if t == NIL || t == newest {
+                    break;
+                }
+                let item = sh.slots[t as usize].item.as_deref().unwrap();
+                if !self.live(item, now) {
+                    let th = self.hash(key_of(item));
+                    sh.reclaimed += 1;
+                    self.unlink(sh, th, t);
+                    continue;
+                }
+                if now.saturating_sub(ItemRef::ram(item).time()) < e.cfg.item_age
+                    || !self.to_flash(sh, t, e)
+                {
+                    break;
+                }
+                continue;
             }
-            self.unlink(sh, th, t);
+            let ft = sh.tails[FLASH];
+            if ft != NIL && self.stale(sh.slots[ft as usize].item.as_deref().unwrap()) {
+                let th = self.hash(key_of(sh.slots[ft as usize].item.as_deref().unwrap()));
+                sh.reclaimed += 1;
+                self.unlink(sh, th, ft);
+                continue;
+            }
+            let t = sh.tails[RAM];
+            let victim = if t != NIL && t != newest {
+                let item = sh.slots[t as usize].item.as_deref().unwrap();
+                let th = self.hash(key_of(item));
+                if !self.live(item, now) {
+                    sh.reclaimed += 1;
+                    self.count_reclaimed(sh, t);
+                    self.unlink(sh, th, t);
+                    continue;
+                }
+                if !self.opts.evict {
+                    // -M: never evict; a store that does not fit was refused (see `fits`)
+                    break;
+                }
+                if let Some(e) = &self.ext {
+                    if self.to_flash(sh, t, e) {
+                        continue;
+                    }
+                }
+                t
+            } else if ft != NIL {
+                ft
+            } else {
+                break;
+            };
+            if !self.opts.evict {
+                break;
+            }
+            let th = self.hash(key_of(sh.slots[victim as usize].item.as_deref().unwrap()));
+            sh.evictions += 1;
+            self.count_evicted(sh, victim, now);
+            self.unlink(sh, th, victim);
         }
+    }
+
+    /// Moves the value of the RAM item at `t` to flash; false if it cannot go.
+    fn to_flash(&self, sh: &mut Shard, t: u32, e: &Ext) -> bool {
+        let item = sh.slots[t as usize].item.as_deref().unwrap();
+        let it = ItemRef::ram(item);
+        let Some(p) = e.append(self.hash(it.key()), it.key(), it.cas(), it.value()) else {
+            return false;
+        };
+        let small = flash_item(item, &p);
+        // a value smaller than its flash pointer grows in RAM (memcached moves it all the same,
+        // as ext_item_size says): the change is signed
+        let delta = small.len() as isize - item.len() as isize;
+        lru_remove(sh, t);
+        sh.slots[t as usize].item = Some(small);
+        sh.bytes = sh.bytes.saturating_add_signed(delta);
+        self.account(delta);
+        lru_push_front(sh, t);
+        true
+    }
+
+    /// Calls `f` with the item at `idx`, its flash value attached when at hand. With `fetch`,
+    /// a flash value at hand marks the item as read (and may bring it back to RAM).
+    fn view<R>(
+        &self,
+        sh: &mut Shard,
+        h: u64,
+        idx: u32,
+        fetch: bool,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> R {
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        let Some(e) = self.ext.as_ref().filter(|_| is_flash(item)) else {
+            return f(ItemRef::ram(item));
+        };
+        let p = ptr_of(item);
+        io::with_value(e, &p, |v| {
+            let Some(v) = v else {
+                return f(ItemRef::ram(
+                    sh.slots[idx as usize].item.as_deref().unwrap(),
+                ));
+            };
+            if fetch {
+                let item = sh.slots[idx as usize].item.as_deref_mut().unwrap();
+                let again = item[OFF_KIND] & K_FETCHED != 0;
+                item[OFF_KIND] |= K_FETCHED;
+                let rate = u64::from(e.cfg.recache_rate);
+                if again
+                    && rate > 0
+                    && self
+                        .recache_counter
+                        .fetch_add(1, Ordering::Relaxed)
+                        .is_multiple_of(rate)
+                {
+                    // Read again from flash: bring the value back to RAM.
+                    let it = ItemRef::ram(item);
+                    let ram = make_item(
+                        it.key(),
+                        it.flags(),
+                        it.exptime(),
+                        it.time(),
+                        it.cas(),
+                        &[v],
+                    );
+                    self.insert(sh, h, Some(idx), ram);
+                    e.stats
+                        .recache_from_extstore
+                        .fetch_add(1, Ordering::Relaxed);
+                    return f(ItemRef::ram(
+                        sh.slots[idx as usize].item.as_deref().unwrap(),
+                    ));
+                }
+            }
+            f(ItemRef {
+                item: sh.slots[idx as usize].item.as_deref().unwrap(),
+                val: Some(v),
+            })
+        })
     }
 
     /// Calls `f` with the item for `key` if present and live; bumps it in the LRU. If `touch` is
@@ -355,65 +662,21 @@ impl Store {
                 exp,
             );
         }
-        if sh.head != idx {
-            lru_remove(&mut sh, idx);
-            lru_push_front(&mut sh, idx);
-        }
-        Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
+        lru_remove(&mut sh, idx);
+        lru_push_front(&mut sh, idx);
+        sh.slots[idx as usize].meta.bump(now);
+        self.count_hit(&mut sh, idx, touch.is_some());
+        Some(self.view(&mut sh, h, idx, true, f))
     }
 
-    /// Like [`Store::get`] but without LRU bump (for `me`).
+    /// Like [`Store::get`] but without LRU bump.
+    #[allow(dead_code)]
     pub fn peek<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
         let h = self.hash(key);
         let now = self.now();
         let mut sh = self.shard(h);
         let idx = self.find(&mut sh, h, key, now)?;
-        Some(f(ItemRef(sh.slots[idx as usize].item.as_deref().unwrap())))
-    }
-
-    /// Stores `data` under `key` according to `mode`. `exptime` is the protocol value.
-    pub fn store(
-        &self,
-        mode: Mode,
-        key: &[u8],
-        flags: u32,
-        exptime: i64,
-        data: &[u8],
-    ) -> StoreResult {
-        let h = self.hash(key);
-        let now = self.now();
-        let exp = self.realtime(exptime, now);
-        let mut sh = self.shard(h);
-        let old = self.find(&mut sh, h, key, now);
-        let cas = self.next_cas();
-        let item = match (mode, old) {
-            (Mode::Add, Some(o)) => {
-                // memcached bumps the existing item on a failed add.
-                lru_remove(&mut sh, o);
-                lru_push_front(&mut sh, o);
-                return StoreResult::NotStored;
-            }
-            (Mode::Replace | Mode::Append | Mode::Prepend, None) => return StoreResult::NotStored,
-            (Mode::Cas(_), None) => return StoreResult::NotFound,
-            (Mode::Cas(c), Some(o)) => {
-                if ItemRef(sh.slots[o as usize].item.as_deref().unwrap()).cas() != c {
-                    return StoreResult::Exists;
-                }
-                make_item(key, flags, exp, now, cas, &[data])
-            }
-            (Mode::Append | Mode::Prepend, Some(o)) => {
-                let it = ItemRef(sh.slots[o as usize].item.as_deref().unwrap());
-                let parts: [&[u8]; 2] = if mode == Mode::Append {
-                    [it.value(), data]
-                } else {
-                    [data, it.value()]
-                };
-                make_item(key, it.flags(), it.exptime(), now, cas, &parts)
-            }
-            _ => make_item(key, flags, exp, now, cas, &[data]),
-        };
-        self.insert(&mut sh, h, old, item);
-        StoreResult::Stored(cas)
+        Some(self.view(&mut sh, h, idx, false, f))
     }
 
     /// Removes `key`; with `cas` given, only if it matches. Returns Ok(true) if deleted,
@@ -426,10 +689,12 @@ impl Store {
             return Ok(false);
         };
         if let Some(c) = cas {
-            if ItemRef(sh.slots[idx as usize].item.as_deref().unwrap()).cas() != c {
+            if ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap()).cas() != c {
                 return Err(());
             }
         }
+        let cls = sh.slots[idx as usize].meta.cls;
+        self.class_mut(&mut sh, cls.into()).delete_hits += 1;
         self.unlink(&mut sh, h, idx);
         Ok(true)
     }
@@ -448,22 +713,27 @@ impl Store {
         let Some(idx) = self.find(&mut sh, h, key, now) else {
             return DeltaResult::NotFound;
         };
-        let it = ItemRef(sh.slots[idx as usize].item.as_deref().unwrap());
-        if let Some(c) = cas {
+        let it = ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap());
+        if let Some(c) = cas.filter(|&c| c != 0) {
             if it.cas() != c {
                 return DeltaResult::Exists;
             }
         }
+        if it.on_flash() {
+            return self.delta_flash(&mut sh, h, idx, incr, delta);
+        }
         let Some(cur) = parse_counter(it.value()) else {
             return DeltaResult::NonNumeric;
         };
+        self.count_delta(&mut sh, idx, incr);
+        let it = ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap());
         let new = if incr {
             cur.wrapping_add(delta)
         } else {
             cur.saturating_sub(delta)
         };
         let digits = new.to_string();
-        let newcas = self.next_cas();
+        let newcas = self.new_cas();
         let old_len = it.value().len();
         if digits.len() <= old_len {
             let slot = sh.slots[idx as usize].item.as_deref_mut().unwrap();
@@ -488,10 +758,87 @@ impl Store {
         DeltaResult::Ok(new, newcas)
     }
 
+    /// incr/decr of an item whose value is on flash: the same result as in RAM (a shorter
+    /// number padded with spaces to the old length), as a new item in RAM.
+    fn delta_flash(&self, sh: &mut Shard, h: u64, idx: u32, incr: bool, delta: u64) -> DeltaResult {
+        let r = self.view(sh, h, idx, false, |it| {
+            let v = it.value();
+            if io::pending_needs() {
+                return None;
+            }
+            let Some(cur) = parse_counter(v) else {
+                return Some(Err(()));
+            };
+            let new = if incr {
+                cur.wrapping_add(delta)
+            } else {
+                cur.saturating_sub(delta)
+            };
+            let mut digits = new.to_string().into_bytes();
+            if digits.len() < v.len() {
+                digits.resize(v.len(), b' ');
+            }
+            Some(Ok((new, digits, it.flags(), it.exptime(), it.time())))
+        });
+        match r {
+            // Not read yet: the attempt is executed again (the answer is discarded).
+            None => DeltaResult::NotFound,
+            Some(Err(())) => DeltaResult::NonNumeric,
+            Some(Ok((new, digits, flags, exp, time))) => {
+                self.count_delta(sh, idx, incr);
+                let newcas = self.new_cas();
+                let key = key_of(sh.slots[idx as usize].item.as_deref().unwrap()).to_vec();
+                let item = make_item(&key, flags, exp, time, newcas, &[&digits]);
+                self.insert(sh, h, Some(idx), item);
+                DeltaResult::Ok(new, newcas)
+            }
+        }
+    }
+
+    /// Where the value of `key` is on flash, and its CAS: None if it is absent, expired, in
+    /// RAM, or its page was reclaimed. Changes nothing (no LRU bump, no reclaim).
+    pub fn flash_ref(&self, key: &[u8]) -> Option<(Ptr, u64)> {
+        let h = self.hash(key);
+        let now = self.now();
+        let sh = self.shard(h);
+        let slots = &sh.slots;
+        let &idx = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        })?;
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        (is_flash(item) && self.live(item, now) && !self.stale(item))
+            .then(|| (ptr_of(item), ItemRef::ram(item).cas()))
+    }
+
+    /// Drops `key` if its value is still the one at `p` on flash (a failed read).
+    pub fn drop_flash(&self, key: &[u8], p: &Ptr) {
+        let h = self.hash(key);
+        let mut sh = self.shard(h);
+        let slots = &sh.slots;
+        let Some(&idx) = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        }) else {
+            return;
+        };
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        if is_flash(item) && ptr_of(item) == *p {
+            self.unlink(&mut sh, h, idx);
+        }
+    }
+
     /// `flush_all [delay]`.
     pub fn flush_all(&self, delay: i64) {
-        if delay > 0 {
-            let now = self.now();
+        let now = self.now();
+        if !self.opts.use_cas {
+            // Without CAS, memcached invalidates by time alone: everything stored up to the
+            // second the flush takes effect, that second included.
+            let t = if delay > 0 {
+                self.realtime(delay, now)
+            } else {
+                now
+            };
+            self.oldest_live.store(t.max(1), Ordering::Relaxed);
+        } else if delay > 0 {
             let t = self.realtime(delay, now).saturating_sub(1);
             self.oldest_live.store(t.max(1), Ordering::Relaxed);
         } else {
@@ -530,20 +877,57 @@ fn parse_counter(v: &[u8]) -> Option<u64> {
     Some(n)
 }
 
+impl ext::Rescuer for Store {
+    fn rescue(&self, _khash: u64, key: &[u8], old: &Ptr, value: &[u8]) -> Rescue {
+        let Some(e) = &self.ext else {
+            return Rescue::Skipped;
+        };
+        let h = self.hash(key);
+        let now = self.now();
+        let mut sh = self.shard(h);
+        let slots = &sh.slots;
+        let Some(&idx) = sh.table.find(h, |&i| {
+            key_of(slots[i as usize].item.as_deref().unwrap()) == key
+        }) else {
+            return Rescue::Skipped;
+        };
+        let item = sh.slots[idx as usize].item.as_deref().unwrap();
+        if !is_flash(item)
+            || ptr_of(item) != *old
+            || item[OFF_KIND] & K_FETCHED == 0
+            || !self.live(item, now)
+        {
+            return Rescue::Skipped;
+        }
+        let cas = ItemRef::ram(item).cas();
+        let Some(p) = e.append(h, key, cas, value) else {
+            return Rescue::NoRoom;
+        };
+        let item = sh.slots[idx as usize].item.as_deref_mut().unwrap();
+        let k = item[OFF_KLEN] as usize;
+        item[HDR + k..HDR + k + Ptr::LEN].copy_from_slice(&p.encode());
+        // Read again before the next round, or it goes with its page.
+        item[OFF_KIND] &= !K_FETCHED;
+        e.release(old, k);
+        Rescue::Moved
+    }
+}
+
 fn lru_remove(sh: &mut Shard, idx: u32) {
+    let l = list_of(sh.slots[idx as usize].item.as_deref().unwrap());
     let (p, n) = {
         let s = &sh.slots[idx as usize];
         (s.prev, s.next)
     };
     if p != NIL {
         sh.slots[p as usize].next = n;
-    } else if sh.head == idx {
-        sh.head = n;
+    } else if sh.heads[l] == idx {
+        sh.heads[l] = n;
     }
     if n != NIL {
         sh.slots[n as usize].prev = p;
-    } else if sh.tail == idx {
-        sh.tail = p;
+    } else if sh.tails[l] == idx {
+        sh.tails[l] = p;
     }
     let s = &mut sh.slots[idx as usize];
     s.prev = NIL;
@@ -551,7 +935,8 @@ fn lru_remove(sh: &mut Shard, idx: u32) {
 }
 
 fn lru_push_front(sh: &mut Shard, idx: u32) {
-    let old = sh.head;
+    let l = list_of(sh.slots[idx as usize].item.as_deref().unwrap());
+    let old = sh.heads[l];
     {
         let s = &mut sh.slots[idx as usize];
         s.prev = NIL;
@@ -560,111 +945,11 @@ fn lru_push_front(sh: &mut Shard, idx: u32) {
     if old != NIL {
         sh.slots[old as usize].prev = idx;
     } else {
-        sh.tail = idx;
+        sh.tails[l] = idx;
     }
-    sh.head = idx;
+    sh.heads[l] = idx;
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn get(s: &Store, k: &[u8]) -> Option<Vec<u8>> {
-        s.get(k, None, |i| i.value().to_vec())
-    }
-
-    #[test]
-    fn modes() {
-        let s = Store::new(64 << 20, 1 << 20);
-        assert!(matches!(
-            s.store(Mode::Set, b"a", 3, 0, b"x"),
-            StoreResult::Stored(_)
-        ));
-        assert_eq!(s.store(Mode::Add, b"a", 0, 0, b"y"), StoreResult::NotStored);
-        assert_eq!(
-            s.store(Mode::Replace, b"b", 0, 0, b"y"),
-            StoreResult::NotStored
-        );
-        s.store(Mode::Append, b"a", 0, 0, b"z");
-        s.store(Mode::Prepend, b"a", 0, 0, b"w");
-        assert_eq!(get(&s, b"a").unwrap(), b"wxz");
-        assert_eq!(s.get(b"a", None, |i| i.flags()), Some(3));
-        let cas = s.get(b"a", None, |i| i.cas()).unwrap();
-        assert_eq!(
-            s.store(Mode::Cas(cas + 100), b"a", 0, 0, b"q"),
-            StoreResult::Exists
-        );
-        assert!(matches!(
-            s.store(Mode::Cas(cas), b"a", 0, 0, b"q"),
-            StoreResult::Stored(_)
-        ));
-        assert_eq!(
-            s.store(Mode::Cas(1), b"nope", 0, 0, b"q"),
-            StoreResult::NotFound
-        );
-        assert_eq!(s.delete(b"a", None), Ok(true));
-        assert_eq!(get(&s, b"a"), None);
-        assert_eq!(s.delete(b"a", None), Ok(false));
-    }
-
-    #[test]
-    fn counters() {
-        let s = Store::new(64 << 20, 1 << 20);
-        s.store(Mode::Set, b"n", 0, 0, b"10");
-        assert!(matches!(
-            s.delta(b"n", false, 1, None),
-            DeltaResult::Ok(9, _)
-        ));
-        assert_eq!(get(&s, b"n").unwrap(), b"9 ");
-        assert!(matches!(
-            s.delta(b"n", false, 100, None),
-            DeltaResult::Ok(0, _)
-        ));
-        s.store(Mode::Set, b"n", 0, 0, b"18446744073709551615");
-        assert!(matches!(
-            s.delta(b"n", true, 2, None),
-            DeltaResult::Ok(1, _)
-        ));
-        s.store(Mode::Set, b"n", 0, 0, b"9");
-        assert!(matches!(
-            s.delta(b"n", true, 1, None),
-            DeltaResult::Ok(10, _)
-        ));
-        assert_eq!(get(&s, b"n").unwrap(), b"10");
-        s.store(Mode::Set, b"t", 0, 0, b"abc");
-        assert_eq!(s.delta(b"t", true, 1, None), DeltaResult::NonNumeric);
-        assert_eq!(s.delta(b"none", true, 1, None), DeltaResult::NotFound);
-    }
-
-    #[test]
-    fn expiry_and_flush() {
-        let s = Store::new(64 << 20, 1 << 20);
-        s.store(Mode::Set, b"neg", 0, -1, b"x");
-        assert_eq!(get(&s, b"neg"), None);
-        s.store(Mode::Set, b"old", 0, 2_600_000, b"x"); // > 30 days: absolute, in 1970
-        assert_eq!(get(&s, b"old"), None);
-        s.store(Mode::Set, b"rel", 0, 100, b"x");
-        assert!(get(&s, b"rel").is_some());
-        s.flush_all(0);
-        assert_eq!(get(&s, b"rel"), None);
-        s.store(Mode::Set, b"after", 0, 0, b"x");
-        assert!(get(&s, b"after").is_some());
-    }
-
-    #[test]
-    fn lru_eviction_keeps_recent() {
-        let s = Store::new(1 << 20, 1 << 20);
-        assert_eq!(s.shard_count(), 1);
-        let v = vec![b'x'; 1000];
-        for i in 0..5000 {
-            s.store(Mode::Set, format!("k{i}").as_bytes(), 0, 0, &v);
-            // keep k0 hot
-            assert!(get(&s, b"k0").is_some(), "k0 evicted at {i}");
-        }
-        let st = s.stats();
-        assert!(st.bytes <= 1 << 20);
-        assert!(st.evictions > 3000);
-        assert!(get(&s, b"k4999").is_some());
-        assert!(get(&s, b"k1").is_none());
-    }
-}
+#[path = "store_tests.rs"]
+mod tests;

@@ -64,7 +64,7 @@ fn key_too_long() -> Vec<Vec<u8>> {
 #[test]
 fn same_answers_as_memcached() {
     let Some(mc) = memcached() else {
-        eprintln!("SKIP: /usr/bin/memcached not installed");
+        testkit::skip("/usr/bin/memcached is not installed");
         return;
     };
     let ink = inkcached(&[]);

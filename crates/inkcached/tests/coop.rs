@@ -254,8 +254,8 @@ fn cooperative_mode_installs_and_invalidates() {
     // the consistency checker, briefly: 0 violations with kernel hits
     let out = pair
         .client
-        .cmd(workspace_bin("inkbench"))
-        .args(["check", "--server", "198.18.0.1:11211", "--seconds", "5"])
+        .cmd(workspace_bin("inkcheck"))
+        .args(["--server", "198.18.0.1:11211", "--seconds", "5"])
         .args(["--keys", "512", "--writers", "2", "--large-ratio", "0"])
         .output()
         .unwrap();

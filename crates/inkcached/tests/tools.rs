@@ -82,10 +82,7 @@ fn pymemcache_exercises_every_command() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !ok {
-        if std::env::var("INKCACHED_REQUIRE_TOOLS").as_deref() == Ok("1") {
-            panic!("pymemcache required");
-        }
-        eprintln!("SKIP: pymemcache not installed");
+        testkit::skip("pymemcache is not installed (python3-pymemcache)");
         return;
     }
     let srv = inkcached(&[]);

@@ -4,11 +4,17 @@
 //! - [`udp`]: the 8-byte UDP frame header and reassembly of multi-datagram replies.
 //! - [`client`]: requests as a client writes them and responses as a client reads them.
 //! - [`request`]: the server side: an incremental zero-copy request parser (text and meta).
+//! - [`meta`]: meta command flags as memcached checks them; base64 keys.
+//! - [`num`]: numbers in tokens, parsed exactly as memcached parses them.
 //! - [`response`]: the server side: composing responses.
+//! - [`binary`]: the binary protocol (header, opcodes, status codes, compose and split).
 //!
 //! `doc/protocol.txt` of memcached is the contract; names follow it.
 
+pub mod binary;
 pub mod client;
+pub mod meta;
+pub mod num;
 pub mod request;
 pub mod response;
 pub mod udp;

@@ -7,9 +7,13 @@
 //! from the stream, or close the connection).
 //!
 //! Token rules follow memcached 1.6 (`proto_text.c`): a line ends at `\n` (an `\r` before it is
-//! dropped), tokens are separated by one or more spaces, at most 24 tokens are looked at (get-like
-//! commands take any number of keys), numbers are decimal with an optional `+`.
+//! dropped), tokens are separated by one or more spaces, at most 23 tokens are looked at (get-like
+//! commands take any number of keys), numbers as [`crate::num`] parses them. Commands are told
+//! apart by their first letter first, as memcached does: that decides which malformed lines get
+//! `ERROR` and which HTTP-looking ones close the connection.
 
+use crate::meta::{self, MetaOpts};
+use crate::num::{strtol32, strtoul32, strtoull};
 use crate::KEY_MAX_LEN;
 
 /// memcached's default item size limit (`-I 1m`).
@@ -21,8 +25,15 @@ pub const MAX_LINE: usize = 2048;
 pub const MAX_GET_LINE: usize = 4 * 1024 * 1024;
 /// memcached's `MAX_TOKENS`, counting the terminating empty token.
 const MAX_TOKENS: usize = 24;
-/// Per-item overhead memcached counts against the item size limit (header, suffix, CAS).
-pub const ITEM_OVERHEAD: usize = 56;
+/// memcached's item header (`sizeof(item)` on 64-bit hosts).
+pub const ITEM_HEADER: usize = 48;
+
+/// memcached's `ITEM_ntotal` of a new item: header, key and its NUL, the client flags if not
+/// zero, the value with its `\r\n`, the CAS if enabled. An item is too large for the cache when
+/// this exceeds the item size limit (`-I`).
+pub fn item_total(nkey: usize, flags: u32, vlen: usize, use_cas: bool) -> usize {
+    ITEM_HEADER + nkey + 1 + if flags != 0 { 4 } else { 0 } + vlen + 2 + if use_cas { 8 } else { 0 }
+}
 
 /// The storage commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,25 +135,32 @@ pub enum Request<'a> {
         exptime: i64,
         noreply: bool,
     },
+    /// `flush_all [delay] [noreply]`; `delay` None if it is not a number (memcached answers
+    /// that only when flush_all is enabled).
     FlushAll {
-        delay: i64,
+        delay: Option<i64>,
         noreply: bool,
-    },
-    /// `stats [group]`.
-    Stats {
-        group: Option<&'a [u8]>,
     },
     Version,
     Verbosity {
+        level: u32,
         noreply: bool,
     },
     Quit,
-    /// Meta commands. `key` is as sent (base64 if the `b` flag is present); `data` only for `ms`.
+    /// Commands that read or tune the server rather than the data: `stats`, `shutdown`,
+    /// `slabs`, `lru_crawler`, `lru`, `watch`, `cache_memlimit`. `line` is the whole command
+    /// line (without its end); the server tokenizes it.
+    Admin {
+        line: &'a [u8],
+    },
+    /// Meta commands. `key` is as sent (base64 if the `b` flag is present); `data` only for
+    /// `ms`; `opts` what the flags ask for (already checked).
     Meta {
         cmd: MetaCmd,
         key: &'a [u8],
         flags: MetaFlags<'a>,
         data: Option<&'a [u8]>,
+        opts: MetaOpts,
     },
 }
 
@@ -167,7 +185,7 @@ impl<'a> Request<'a> {
             | Request::Arith { noreply, .. }
             | Request::Touch { noreply, .. }
             | Request::FlushAll { noreply, .. }
-            | Request::Verbosity { noreply } => *noreply,
+            | Request::Verbosity { noreply, .. } => *noreply,
             _ => false,
         }
     }
@@ -177,7 +195,7 @@ impl<'a> Request<'a> {
     pub fn mutated_keys(&self) -> Mutation<'a> {
         match *self {
             Request::Get { .. }
-            | Request::Stats { .. }
+            | Request::Admin { .. }
             | Request::Version
             | Request::Verbosity { .. }
             | Request::Quit => Mutation::None,
@@ -228,6 +246,11 @@ pub enum ErrorKind {
     DeleteUsage,
     /// A line too long without a newline: memcached closes the connection.
     LineTooLong,
+    /// An unknown command whose last token starts with `HTTP/`: memcached closes the
+    /// connection without an answer.
+    Http,
+    /// Any other error line (meta commands), without `\r\n`.
+    Line(&'static str),
 }
 
 impl ErrorKind {
@@ -244,6 +267,8 @@ impl ErrorKind {
                 "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
             }
             ErrorKind::LineTooLong => "CLIENT_ERROR line too long",
+            ErrorKind::Http => "",
+            ErrorKind::Line(l) => l,
         }
     }
 }
@@ -262,9 +287,11 @@ pub struct ProtoError {
     pub noreply: bool,
     /// The connection must be closed (no answer is written).
     pub close: bool,
-    /// For a too-large `set`: the key (offsets into the buffer), which memcached unlinks so that
-    /// the failed set leaves no stale value behind.
+    /// For a too-large `set` or `ms`: the key (offsets into the buffer, as sent), which
+    /// memcached unlinks so that the failed set leaves no stale value behind.
     pub key: Option<(usize, usize)>,
+    /// The key of `key` is base64 (`ms` with the `b` flag).
+    pub key_base64: bool,
 }
 
 impl ProtoError {
@@ -276,6 +303,7 @@ impl ProtoError {
             noreply: false,
             close: false,
             key: None,
+            key_base64: false,
         }
     }
     /// The answer memcached writes, with `\r\n`, or nothing when suppressed by `noreply` or
@@ -292,14 +320,17 @@ impl ProtoError {
 /// Limits the parser enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Largest item (key + value + overhead) accepted (`-I`).
+    /// Largest item ([`item_total`]) accepted (`-I`).
     pub max_item: usize,
+    /// CAS is enabled (memcached counts 8 bytes per item for it; `-C` disables it).
+    pub use_cas: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_item: DEFAULT_MAX_ITEM,
+            use_cas: true,
         }
     }
 }
@@ -309,47 +340,27 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(Request<'_>, usize)>, ProtoEr
     parse_request_with(buf, &Limits::default())
 }
 
-/// memcached's `safe_strtoull`: decimal, optional `+`, no sign otherwise, must fit.
+/// memcached's `safe_strtoull` (see [`crate::num`]).
 pub fn parse_u64(t: &[u8]) -> Option<u64> {
-    let t = t.strip_prefix(b"+").unwrap_or(t);
-    if t.is_empty() || t.len() > 20 || !t.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &d in t {
-        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-    }
-    Some(v)
+    strtoull(t)
 }
 
-/// memcached's `safe_strtol`: decimal with optional sign, must fit an `int32`.
+/// memcached's `safe_strtol`: the low 32 bits of a 64-bit signed value (see [`crate::num`]).
 pub fn parse_i32(t: &[u8]) -> Option<i64> {
-    let (neg, d) = match t.first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
-    if d.first() == Some(&b'+') {
-        return None;
-    }
-    let v = parse_u64(d)? as i128;
-    let v = if neg { -v } else { v };
-    if v < i32::MIN as i128 || v > i32::MAX as i128 {
-        return None;
-    }
-    Some(v as i64)
-}
-
-/// memcached's `safe_strtoul` into a 32-bit flags field: accepts anything that fits an unsigned
-/// long and keeps the low 32 bits (memcached 1.6 does the same on 64-bit hosts).
-fn parse_flags(t: &[u8]) -> Option<u32> {
-    parse_u64(t).map(|v| v as u32)
+    strtol32(t).map(i64::from)
 }
 
 struct Tokens<'a> {
     toks: [&'a [u8]; MAX_TOKENS],
     /// Number of tokens (all of them, even beyond the array).
     n: usize,
+}
+
+impl Tokens<'_> {
+    /// memcached's `ntokens`: the tokens it looks at (at most 23) plus its terminating one.
+    fn mc_n(&self) -> usize {
+        self.n.min(MAX_TOKENS - 1) + 1
+    }
 }
 
 fn tokenize(line: &[u8]) -> Tokens<'_> {
@@ -414,13 +425,45 @@ pub fn parse_request_with<'a>(
     if cmd.len() == 2 && cmd[0] == b'm' {
         return parse_meta(buf, line, used, &t, limits);
     }
+    let known = match cmd[0] {
+        b'g' => matches!(cmd, b"get" | b"gets" | b"gat" | b"gats"),
+        b's' => matches!(cmd, b"set" | b"stats" | b"shutdown" | b"slabs"),
+        b'a' => matches!(cmd, b"add" | b"append"),
+        b'c' => matches!(cmd, b"cas" | b"cache_memlimit"),
+        b'i' => cmd == b"incr",
+        b'd' => matches!(cmd, b"delete" | b"decr"),
+        b't' => cmd == b"touch",
+        _ => matches!(
+            cmd,
+            b"replace"
+                | b"prepend"
+                | b"bget"
+                | b"flush_all"
+                | b"version"
+                | b"quit"
+                | b"lru_crawler"
+                | b"watch"
+                | b"verbosity"
+                | b"lru"
+        ),
+    };
+    if !known {
+        // Only lines that no first letter claims are checked for HTTP (memcached's order).
+        let claimed = matches!(cmd[0], b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't');
+        if !claimed && t.toks[t.mc_n() - 2].starts_with(b"HTTP/") {
+            let mut e = ProtoError::new(ErrorKind::Http, used);
+            e.close = true;
+            return Err(e);
+        }
+        return err(ErrorKind::UnknownCommand);
+    }
     match cmd {
-        b"get" | b"gets" | b"gat" | b"gats" => {
+        b"get" | b"gets" | b"gat" | b"gats" | b"bget" => {
             if n < 2 {
                 return err(ErrorKind::UnknownCommand);
             }
-            let cas = cmd.len() == 4;
-            let gat = cmd[1] == b'a';
+            let cas = cmd == b"gets" || cmd == b"gats";
+            let gat = cmd.starts_with(b"ga");
             let first_key = if gat { 2 } else { 1 };
             let exptime = if gat {
                 match parse_i32(tok(1)) {
@@ -462,23 +505,23 @@ pub fn parse_request_with<'a>(
                 return bad(ErrorKind::BadFormat);
             }
             let (Some(flags), Some(exptime), Some(vlen)) =
-                (parse_flags(tok(2)), parse_i32(tok(3)), parse_i32(tok(4)))
+                (strtoul32(tok(2)), parse_i32(tok(3)), parse_i32(tok(4)))
             else {
                 return bad(ErrorKind::BadFormat);
             };
             let cas = if is_cas {
-                match parse_u64(tok(5)) {
+                match strtoull(tok(5)) {
                     Some(c) => c,
                     None => return bad(ErrorKind::BadFormat),
                 }
             } else {
                 0
             };
-            if vlen < 0 {
+            if vlen < 0 || vlen > i64::from(i32::MAX) - 2 {
                 return bad(ErrorKind::BadFormat);
             }
             let vlen = vlen as usize;
-            if vlen + key.len() + ITEM_OVERHEAD > limits.max_item {
+            if item_total(key.len(), flags, vlen, limits.use_cas) > limits.max_item {
                 let mut e = ProtoError::new(ErrorKind::TooLarge, used);
                 e.noreply = noreply;
                 e.swallow = vlen + 2;
@@ -533,7 +576,7 @@ pub fn parse_request_with<'a>(
             if key.len() > KEY_MAX_LEN {
                 return bad(ErrorKind::BadFormat);
             }
-            let Some(delta) = parse_u64(tok(2)) else {
+            let Some(delta) = strtoull(tok(2)) else {
                 return bad(ErrorKind::InvalidDelta);
             };
             ok(Request::Arith {
@@ -549,11 +592,6 @@ pub fn parse_request_with<'a>(
             }
             let key = tok(1);
             let noreply = n > 2 && tok(n - 1) == b"noreply";
-            if key.len() > KEY_MAX_LEN {
-                let mut e = ProtoError::new(ErrorKind::BadFormat, used);
-                e.noreply = noreply;
-                return Err(e);
-            }
             if n > 2 {
                 let hold_zero = tok(2) == b"0";
                 let valid = (n == 3 && (hold_zero || noreply)) || (n == 4 && hold_zero && noreply);
@@ -562,6 +600,11 @@ pub fn parse_request_with<'a>(
                     e.noreply = noreply;
                     return Err(e);
                 }
+            }
+            if key.len() > KEY_MAX_LEN {
+                let mut e = ProtoError::new(ErrorKind::BadFormat, used);
+                e.noreply = noreply;
+                return Err(e);
             }
             ok(Request::Delete { key, noreply })
         }
@@ -590,39 +633,34 @@ pub fn parse_request_with<'a>(
             if n > 3 {
                 return err(ErrorKind::UnknownCommand);
             }
-            let noreply = n > 1 && tok(n - 1) == b"noreply";
-            let args = n - 1 - usize::from(noreply);
-            let delay = if args >= 1 {
-                match parse_i32(tok(1)) {
-                    Some(d) => d,
-                    None => {
-                        let mut e = ProtoError::new(ErrorKind::InvalidExptime, used);
-                        e.noreply = noreply;
-                        return Err(e);
-                    }
-                }
+            let noreply = tok(n - 1) == b"noreply";
+            // memcached reads a delay whenever the token count is not the bare command's.
+            let delay = if n != 1 + usize::from(noreply) {
+                parse_i32(tok(1))
             } else {
-                0
+                Some(0)
             };
-            if args > 1 {
-                return err(ErrorKind::UnknownCommand);
-            }
             ok(Request::FlushAll { delay, noreply })
         }
-        b"stats" => ok(Request::Stats {
-            group: (n > 1).then(|| tok(1)),
-        }),
         b"version" => ok(Request::Version),
         b"quit" => ok(Request::Quit),
         b"verbosity" => {
             if n != 2 && n != 3 {
                 return err(ErrorKind::UnknownCommand);
             }
-            ok(Request::Verbosity {
-                noreply: tok(n - 1) == b"noreply",
-            })
+            let noreply = tok(n - 1) == b"noreply";
+            match strtoul32(tok(1)) {
+                Some(level) => ok(Request::Verbosity { level, noreply }),
+                None => {
+                    let mut e = ProtoError::new(ErrorKind::BadFormat, used);
+                    e.noreply = noreply;
+                    Err(e)
+                }
+            }
         }
-        _ => err(ErrorKind::UnknownCommand),
+        b"cache_memlimit" if n != 2 && n != 3 => err(ErrorKind::UnknownCommand),
+        b"lru" if n < 2 => err(ErrorKind::UnknownCommand),
+        _ => ok(Request::Admin { line }),
     }
 }
 
@@ -634,6 +672,7 @@ fn parse_meta<'a>(
     limits: &Limits,
 ) -> Result<Option<(Request<'a>, usize)>, ProtoError> {
     let err = |kind| Err(ProtoError::new(kind, used));
+    let line_err = |l: &'static str| Err(ProtoError::new(ErrorKind::Line(l), used));
     let cmd = match t.toks[0][1] {
         b'g' => MetaCmd::Get,
         b's' => MetaCmd::Set,
@@ -643,52 +682,101 @@ fn parse_meta<'a>(
         b'e' => MetaCmd::Debug,
         _ => return err(ErrorKind::UnknownCommand),
     };
+    let req = |key, flags, data, opts| Request::Meta {
+        cmd,
+        key,
+        flags,
+        data,
+        opts,
+    };
     if cmd == MetaCmd::Noop {
         return Ok(Some((
-            Request::Meta {
-                cmd,
-                key: &[],
-                flags: MetaFlags(&[]),
-                data: None,
-            },
+            req(&[], MetaFlags(&[]), None, MetaOpts::default()),
             used,
         )));
     }
-    if t.n < 2 {
-        return err(ErrorKind::BadFormat);
-    }
+    let mc_n = t.mc_n();
     let key = t.toks[1];
+    if cmd == MetaCmd::Debug {
+        if mc_n < 3 || key.len() > KEY_MAX_LEN {
+            return err(ErrorKind::BadFormat);
+        }
+        // `me <key> b`: only this exact form decodes the key.
+        let b64 = mc_n >= 4 && t.toks[2] == b"b";
+        if b64 && meta::b64_decode(key).is_none() {
+            return err(ErrorKind::BadFormat);
+        }
+        let opts = MetaOpts {
+            base64: b64.then_some(0),
+            ..Default::default()
+        };
+        return Ok(Some((req(key, MetaFlags(&[]), None, opts), used)));
+    }
+    if mc_n < 3 {
+        return err(ErrorKind::UnknownCommand);
+    }
     if key.len() > KEY_MAX_LEN {
         return err(ErrorKind::BadFormat);
     }
     let first_flag = if cmd == MetaCmd::Set { 3 } else { 2 };
-    let flags_start = if t.n > first_flag && first_flag < MAX_TOKENS {
+    if cmd == MetaCmd::Set && mc_n == 3 {
+        return err(ErrorKind::BadFormat);
+    }
+    if mc_n > meta::MAX_OPT_TOKENS {
+        return line_err(if cmd == MetaCmd::Get {
+            "CLIENT_ERROR options flags are too long"
+        } else {
+            "CLIENT_ERROR options flags too long"
+        });
+    }
+    let flags_start = if mc_n - 1 > first_flag {
         offset_in(line, t.toks[first_flag])
     } else {
         line.len()
     };
     let flags = MetaFlags(&line[flags_start..]);
+    let tokens = t.toks[first_flag.min(mc_n - 1)..mc_n - 1].iter().copied();
+    let default_err = "CLIENT_ERROR bad command line format";
     if cmd != MetaCmd::Set {
-        return Ok(Some((
-            Request::Meta {
-                cmd,
-                key,
-                flags,
-                data: None,
-            },
-            used,
-        )));
+        return match meta::preparse(tokens, key, default_err) {
+            Ok(opts) => Ok(Some((req(key, flags, None, opts), used))),
+            Err(e) if cmd == MetaCmd::Get => line_err(e.0),
+            Err(_) => line_err("CLIENT_ERROR invalid or duplicate flag"),
+        };
     }
-    if t.n < 3 {
-        return err(ErrorKind::BadFormat);
-    }
-    let Some(vlen) = parse_i32(t.toks[2]).filter(|&v| v >= 0) else {
+    let Some(vlen) = strtol32(t.toks[2]).filter(|v| (0..=i32::MAX - 2).contains(v)) else {
         return err(ErrorKind::BadFormat);
     };
     let vlen = vlen as usize;
-    if vlen + key.len() + ITEM_OVERHEAD > limits.max_item {
+    // From here on, a refused `ms` swallows its data block.
+    let swallowing = |kind| {
+        let mut e = ProtoError::new(kind, used);
+        e.swallow = vlen + 2;
+        Err(e)
+    };
+    let opts = match meta::preparse(tokens.clone(), key, default_err) {
+        Ok(o) => o,
+        Err(e) => return swallowing(ErrorKind::Line(e.0)),
+    };
+    let mut opaque_err = false;
+    for tk in tokens {
+        if tk[0] == b'O' && tk.len() > meta::MAX_OPAQUE_LEN {
+            opaque_err = true;
+        }
+    }
+    if !matches!(opts.mode, None | Some(b'E' | b'A' | b'P' | b'R' | b'S')) {
+        return swallowing(ErrorKind::Line("CLIENT_ERROR invalid mode for ms M token"));
+    }
+    if opaque_err {
+        return swallowing(ErrorKind::Line("CLIENT_ERROR opaque token too long"));
+    }
+    let nkey = opts.base64.unwrap_or(key.len());
+    if item_total(nkey, opts.client_flags, vlen, limits.use_cas) > limits.max_item {
         let mut e = ProtoError::new(ErrorKind::TooLarge, used);
         e.swallow = vlen + 2;
+        let ko = offset_in(buf, key);
+        e.key = Some((ko, ko + key.len()));
+        e.key_base64 = opts.base64.is_some();
         return Err(e);
     }
     if buf.len() < used + vlen + 2 {
@@ -698,190 +786,11 @@ fn parse_meta<'a>(
         return Err(ProtoError::new(ErrorKind::BadDataChunk, used + vlen + 2));
     }
     Ok(Some((
-        Request::Meta {
-            cmd,
-            key,
-            flags,
-            data: Some(&buf[used..used + vlen]),
-        },
+        req(key, flags, Some(&buf[used..used + vlen]), opts),
         used + vlen + 2,
     )))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn one(b: &[u8]) -> (Request<'_>, usize) {
-        parse_request(b).unwrap().unwrap()
-    }
-    fn error(b: &[u8]) -> ProtoError {
-        parse_request(b).unwrap_err()
-    }
-
-    #[test]
-    fn get_keys() {
-        let (r, n) = one(b"get a  bb ccc\r\nrest");
-        assert_eq!(n, 15);
-        let Request::Get { keys, cas: false } = r else {
-            panic!("{r:?}")
-        };
-        assert_eq!(
-            keys.iter().collect::<Vec<_>>(),
-            vec![&b"a"[..], b"bb", b"ccc"]
-        );
-        let (r, _) = one(b"gats 10 k\n");
-        assert!(matches!(
-            r,
-            Request::Gat {
-                exptime: 10,
-                cas: true,
-                ..
-            }
-        ));
-        assert_eq!(parse_request(b"get a"), Ok(None));
-    }
-
-    #[test]
-    fn many_keys_beyond_token_limit() {
-        let mut line = b"get".to_vec();
-        for i in 0..100 {
-            line.extend_from_slice(format!(" k{i}").as_bytes());
-        }
-        line.extend_from_slice(b"\r\n");
-        let (r, _) = one(&line);
-        let Request::Get { keys, .. } = r else {
-            panic!()
-        };
-        assert_eq!(keys.iter().count(), 100);
-    }
-
-    #[test]
-    fn storage() {
-        let (r, n) = one(b"set k 5 -1 3 noreply\r\nabc\r\nget");
-        assert_eq!(n, 27);
-        assert_eq!(
-            r,
-            Request::Store {
-                cmd: StoreCmd::Set,
-                key: b"k",
-                flags: 5,
-                exptime: -1,
-                data: b"abc",
-                cas: 0,
-                noreply: true
-            }
-        );
-        assert_eq!(parse_request(b"set k 0 0 3\r\nab"), Ok(None));
-        let (r, _) = one(b"cas k 0 0 1 99\r\nx\r\n");
-        assert!(matches!(
-            r,
-            Request::Store {
-                cmd: StoreCmd::Cas,
-                cas: 99,
-                ..
-            }
-        ));
-        // flags keep the low 32 bits, as memcached does
-        let (r, _) = one(b"set k 4294967296 0 1\r\nb\r\n");
-        assert!(matches!(r, Request::Store { flags: 0, .. }));
-    }
-
-    #[test]
-    fn errors_match_memcached() {
-        assert_eq!(error(b"bogus\r\n").reply().unwrap(), "ERROR\r\n");
-        assert_eq!(error(b"m\r\n").kind, ErrorKind::UnknownCommand);
-        assert_eq!(error(b"GET a\r\n").kind, ErrorKind::UnknownCommand);
-        assert_eq!(error(b"get\r\n").kind, ErrorKind::UnknownCommand);
-        assert_eq!(error(b"set a\r\n").kind, ErrorKind::UnknownCommand);
-        assert_eq!(
-            error(b"set k 0 0 1 noreply x\r\n").kind,
-            ErrorKind::UnknownCommand
-        );
-        let long = [b'k'; 251];
-        let mut l = b"get a ".to_vec();
-        l.extend_from_slice(&long);
-        l.extend_from_slice(b"\r\n");
-        assert_eq!(error(&l).kind, ErrorKind::BadFormat);
-        let e = error(b"set k 0 0 -1\r\nabc\r\n");
-        assert_eq!(
-            (e.kind, e.consumed, e.swallow),
-            (ErrorKind::BadFormat, 14, 0)
-        );
-        let e = error(b"set k 0 0 3\r\nabcde\r\n");
-        assert_eq!((e.kind, e.consumed), (ErrorKind::BadDataChunk, 18));
-        let e = error(b"set k 0 0 2000000 noreply\r\n");
-        assert_eq!(
-            (e.kind, e.swallow, e.noreply),
-            (ErrorKind::TooLarge, 2000002, true)
-        );
-        assert_eq!(e.reply(), None);
-        assert_eq!(error(b"incr k x\r\n").kind, ErrorKind::InvalidDelta);
-        assert_eq!(error(b"incr k -1\r\n").kind, ErrorKind::InvalidDelta);
-        assert_eq!(error(b"touch k x\r\n").kind, ErrorKind::InvalidExptime);
-        assert_eq!(error(b"gat x k\r\n").kind, ErrorKind::InvalidExptime);
-        assert_eq!(error(b"delete a 1\r\n").kind, ErrorKind::DeleteUsage);
-        assert_eq!(error(b"flush_all x\r\n").kind, ErrorKind::InvalidExptime);
-        assert!(matches!(
-            one(b"delete a 0 noreply\r\n").0,
-            Request::Delete { noreply: true, .. }
-        ));
-        assert!(error(&[b'x'; 3000]).close);
-        let mut g = b"get ".to_vec();
-        g.extend_from_slice(&[b'x'; 3000]);
-        assert_eq!(parse_request(&g), Ok(None));
-    }
-
-    #[test]
-    fn meta() {
-        let (r, _) = one(b"mg foo v f T30\r\n");
-        let Request::Meta {
-            cmd: MetaCmd::Get,
-            key,
-            flags,
-            ..
-        } = r.clone()
-        else {
-            panic!()
-        };
-        assert_eq!(key, b"foo");
-        assert!(flags.has(b'v'));
-        assert_eq!(flags.get(b'T'), Some(&b"30"[..]));
-        assert!(r.is_mutation());
-        let (r, n) = one(b"ms foo 2 T0 F5\r\nhi\r\n");
-        assert_eq!(n, 20);
-        assert!(matches!(
-            r,
-            Request::Meta {
-                cmd: MetaCmd::Set,
-                data: Some(b"hi"),
-                ..
-            }
-        ));
-        assert!(matches!(
-            one(b"mn\r\n").0,
-            Request::Meta {
-                cmd: MetaCmd::Noop,
-                ..
-            }
-        ));
-        assert_eq!(error(b"ms k S2\r\n").kind, ErrorKind::BadFormat);
-        assert_eq!(error(b"mx k\r\n").kind, ErrorKind::UnknownCommand);
-    }
-
-    #[test]
-    fn mutations() {
-        assert_eq!(one(b"get a b\r\n").0.mutated_keys(), Mutation::None);
-        assert_eq!(
-            one(b"gat 1 a b\r\n").0.mutated_keys(),
-            Mutation::Keys(vec![b"a", b"b"])
-        );
-        assert_eq!(
-            one(b"incr a 1\r\n").0.mutated_keys(),
-            Mutation::Keys(vec![b"a"])
-        );
-        assert_eq!(one(b"flush_all\r\n").0.mutated_keys(), Mutation::All);
-        assert!(!one(b"mg a v\r\n").0.is_mutation());
-        assert!(one(b"md a\r\n").0.is_mutation());
-    }
-}
+#[path = "request_tests.rs"]
+mod tests;

@@ -4,6 +4,9 @@
 //! Every object cleans up on drop, so a failing (panicking) test leaves nothing behind, and names
 //! are unique per process and object, so tests run in parallel. Addresses come from the
 //! benchmarking ranges (198.18.0.0/15, fd00::/8) and live only inside the namespaces.
+//!
+//! A test whose prerequisite is missing declares a skip ([`skip`], [`skip_unless!`],
+//! [`require_tool!`]) that fails under CI instead of passing in silence.
 
 use std::{
     fs::File,
@@ -17,6 +20,9 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use nix::sched::{setns, CloneFlags};
+
+mod skip;
+pub use skip::{have_tool, skip, skips_fail, Skipped};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 

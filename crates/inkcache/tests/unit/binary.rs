@@ -43,7 +43,7 @@ fn check(udp: bool, req: &[u8], keys: &[&str]) {
         f.fill(&fl, k, 0, b"old");
     }
     if udp {
-        assert_eq!(f.xdp(&fl.udp(next_id(), req)).action, XDP_PASS);
+        assert_eq!(f.udp_in(&fl.udp(next_id(), req)), XDP_PASS);
     } else {
         Conn::open(&f, fl.clone()).send(&f, req);
     }

@@ -7,18 +7,25 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use inkcache::{
     abi,
     attach::{load, Loaded, ObjStorage},
-    skel::xdp::types::ink_global,
+    skel::xdp::types::{ink_global, ink_iface},
     AttachOpts, Stats,
 };
+use std::os::fd::{AsFd, AsRawFd};
+
 use libbpf_rs::{MapCore, MapFlags, ProgramInput};
+
+use super::packet;
 
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
 pub const XDP_TX: u32 = 3;
-pub const TC_ACT_OK: u32 = 0;
+/// A cgroup_skb program's verdict that lets the packet go on.
+pub const CG_PASS: u32 = 1;
 
 /// The quarantine the fixture is loaded with (short, so tests can wait it out).
 pub const QUARANTINE_MS: u64 = 40;
+/// The key hash's seed the fixture is loaded with (tests craft keys whose hashes collide).
+pub const HASH_SEED: u64 = 0x5eed_1234_abcd_0042;
 
 pub struct Fx {
     pub l: Loaded<'static>,
@@ -44,6 +51,7 @@ pub fn fx() -> MutexGuard<'static, Fx> {
             pending_entries: 1024,
             ttl_hints: 1024,
             max_age_secs: 60,
+            hash_seed: Some(HASH_SEED),
             ..AttachOpts::default()
         };
         let allow = [
@@ -51,9 +59,14 @@ pub fn fx() -> MutexGuard<'static, Fx> {
             "fd00::/8".parse().unwrap(),
         ];
         let st: &'static mut ObjStorage = Box::leak(Box::default());
-        Mutex::new(Fx {
-            l: load(&opts, &allow, st).expect("loading the programs (run as root)"),
-        })
+        let l = load(&opts, &allow, st).expect("loading the programs (run as root)");
+        // as attach does: the stream verdict walks every socket put in conn_socks
+        l.requests
+            .progs
+            .inkcache_stream
+            .attach_sockmap(l.xdp.maps.conn_socks.as_fd().as_raw_fd())
+            .expect("attaching the stream verdict to conn_socks");
+        Mutex::new(Fx { l })
     });
     let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
     g.reset();
@@ -82,9 +95,14 @@ impl Fx {
             &m.udp_writes,
             &m.conns,
             &m.ttl_hints,
+            &m.conn_socks,
+            &m.ports,
+            &m.ifaces,
         ] {
             clear_hash(map);
         }
+        self.add_port(packet::PORT);
+        self.set_iface(&server_iface(0));
         let cpus = libbpf_rs::num_possible_cpus().unwrap();
         let zero = vec![vec![0u8; 8]; cpus];
         for i in 0..abi::ST_MAX as u32 {
@@ -121,6 +139,17 @@ impl Fx {
             .unwrap();
     }
 
+    /// Describes the interface test runs arrive on (BPF_PROG_TEST_RUN: the loopback device,
+    /// ifindex 1) as the control plane would: its MAC, addresses, flags.
+    pub fn set_iface(&self, e: &ink_iface) {
+        self.l
+            .xdp
+            .maps
+            .ifaces
+            .update(&1u32.to_ne_bytes(), abi::bytes_of(e), MapFlags::ANY)
+            .unwrap();
+    }
+
     pub fn stats(&self) -> Stats {
         Stats::from_map(&self.l.xdp.maps.stats).unwrap()
     }
@@ -130,10 +159,99 @@ impl Fx {
         run(&self.l.xdp.progs.inkcache_xdp, frame)
     }
 
-    /// Runs the TC egress program on `frame` (the server's packet on its way out).
+    /// Runs the answers program (cgroup egress) on `frame` (the server's packet on its way out;
+    /// the program sees it from its IP header).
     pub fn egress(&self, frame: &[u8]) -> Run {
-        run(&self.l.tc_egress.progs.inkcache_tc_egress, frame)
+        run(&self.l.answers.progs.inkcache_answers, frame)
     }
+
+    /// A UDP datagram from a client as the host handles it: XDP first, and if it passes, the
+    /// server socket's cgroup ingress program. Returns XDP's action.
+    pub fn udp_in(&self, frame: &[u8]) -> u32 {
+        let x = self.xdp(frame);
+        if x.action == XDP_PASS {
+            let r = run(&self.l.requests.progs.inkcache_udp_requests, frame);
+            assert_eq!(
+                r.action, CG_PASS,
+                "cgroup ingress must let requests through"
+            );
+        }
+        x.action
+    }
+
+    /// Adds `port` to the server's ports.
+    pub fn add_port(&self, port: u16) {
+        self.l
+            .xdp
+            .maps
+            .ports
+            .update(&port.to_ne_bytes(), &[1], MapFlags::ANY)
+            .unwrap();
+    }
+
+    /// Puts the server side of a connection in conn_socks, as socket ops does for a connection
+    /// the server accepts; with `isn`, with its state in `conns` (followed from its first byte,
+    /// the server's answers numbered from `isn`), without, as for a connection accepted before
+    /// attach.
+    pub fn follow(&self, flow: &packet::Flow, server: &std::net::TcpStream, isn: Option<u32>) {
+        use std::os::fd::AsRawFd;
+        let m = &self.l.xdp.maps;
+        let key = conn_key(flow);
+        if let Some(isn) = isn {
+            let c = inkcache::skel::xdp::types::ink_conn {
+                flags: abi::CONN_OUT_OK as u64,
+                out_seq: isn,
+                ..Default::default()
+            };
+            m.conns
+                .update(&key, abi::bytes_of(&c), MapFlags::NO_EXIST)
+                .unwrap();
+        }
+        let fd = server.as_raw_fd() as u64;
+        m.conn_socks
+            .update(&key, &fd.to_ne_bytes(), MapFlags::NO_EXIST)
+            .expect("putting the socket in conn_socks");
+    }
+}
+
+/// struct ink_conn_key of a client/server flow (IPv4 mapped into IPv6, ports in network order).
+/// The server's interface: SERVER_MAC, the server addresses of Flow::v4 and Flow::v6 (its own),
+/// 198.18.0.255 (a broadcast) and 198.18.0.3 (another interface's); `flags` IFACE_*.
+pub fn server_iface(flags: u8) -> ink_iface {
+    let mut e = ink_iface {
+        mac: packet::SERVER_MAC,
+        flags,
+        ..Default::default()
+    };
+    let addrs: [(&str, usize); 4] = [
+        ("198.18.0.1", abi::ADDR_LOCAL),
+        ("fd00::1", abi::ADDR_LOCAL),
+        ("198.18.0.255", abi::ADDR_HOST),
+        ("198.18.0.3", abi::ADDR_HOST),
+    ];
+    for (i, (a, kind)) in addrs.iter().enumerate() {
+        let ip: std::net::IpAddr = a.parse().unwrap();
+        e.addr[i] = match ip {
+            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            std::net::IpAddr::V6(v6) => v6.octets(),
+        };
+        e.kind[i] = *kind as u8;
+    }
+    e.naddr = addrs.len() as u8;
+    e
+}
+
+pub fn conn_key(flow: &packet::Flow) -> Vec<u8> {
+    let v6 = |a: std::net::IpAddr| match a {
+        std::net::IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(v) => v.octets(),
+    };
+    let mut k = Vec::with_capacity(36);
+    k.extend_from_slice(&v6(flow.client));
+    k.extend_from_slice(&v6(flow.server));
+    k.extend_from_slice(&flow.cport.to_be_bytes());
+    k.extend_from_slice(&flow.sport.to_be_bytes());
+    k
 }
 
 fn run(prog: &libbpf_rs::ProgramMut<'_>, frame: &[u8]) -> Run {

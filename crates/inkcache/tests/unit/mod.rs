@@ -8,11 +8,13 @@ pub mod packet;
 
 mod binary;
 mod gets;
+mod host;
+mod hostile;
 mod mutations;
 
 use std::sync::atomic::{AtomicU16, Ordering};
 
-pub use fixture::{fx, Fx, QUARANTINE_MS, TC_ACT_OK, XDP_PASS, XDP_TX};
+pub use fixture::{fx, Fx, CG_PASS, QUARANTINE_MS, XDP_PASS, XDP_TX};
 pub use packet::{reply_payload, Flow};
 
 static REQ_ID: AtomicU16 = AtomicU16::new(1);
@@ -45,15 +47,15 @@ impl Fx {
         p
     }
 
-    /// A get that misses (passes, remembered), then the server's answer through TC egress.
+    /// A get that misses (passes, remembered), then the server's answer through cgroup egress.
     /// Returns whether the item was installed.
     pub fn fill_with(&self, flow: &Flow, request: &str, answer: &[u8]) -> bool {
         let id = next_id();
         let before = self.stats().fills;
-        let r = self.xdp(&flow.udp(id, request.as_bytes()));
-        assert_eq!(r.action, XDP_PASS, "{request:?} should miss");
+        let r = self.udp_in(&flow.udp(id, request.as_bytes()));
+        assert_eq!(r, XDP_PASS, "{request:?} should miss");
         let e = self.egress(&flow.udp_reply(id, answer));
-        assert_eq!(e.action, TC_ACT_OK);
+        assert_eq!(e.action, CG_PASS);
         self.stats().fills > before
     }
 
@@ -87,50 +89,76 @@ impl Fx {
     }
 }
 
-/// A TCP connection from a client, followed from its SYN (the server's side sent through TC
-/// egress). Sequence numbers advance as bytes are sent.
+/// A real TCP connection over loopback whose server side is in the conn_socks sockhash, as the
+/// socket-ops program puts a connection the server accepts: the client's bytes reach the stream
+/// verdict program exactly as the stack delivers them. The server's answers are crafted segments
+/// run through the answers program (cgroup egress) with the connection's addresses.
 pub struct Conn {
+    /// The connection's addresses, as the server's answers carry them.
     pub flow: Flow,
-    pub cseq: u32,
+    pub client: std::net::TcpStream,
+    pub server: std::net::TcpStream,
     pub sseq: u32,
 }
 
+/// The server's initial sequence number as the followed connections record it.
+const SERVER_ISN: u32 = 50000;
+
 impl Conn {
-    /// SYN, SYN-ACK: a connection the kernel follows.
+    /// A connection the kernel follows from its first byte (`flow` only chooses IPv4 or IPv6).
     pub fn open(f: &Fx, flow: Flow) -> Conn {
-        let (cseq, sseq) = (1000, 50000);
-        assert_eq!(f.xdp(&flow.tcp(cseq, 0, "S", b"")).action, XDP_PASS);
-        assert_eq!(
-            f.egress(&flow.tcp_reply(sseq, cseq + 1, "SA", b"")).action,
-            TC_ACT_OK
-        );
+        Conn::connect(f, flow, true)
+    }
+
+    /// A connection whose position the kernel does not know (accepted before attach): in the
+    /// sockhash, with no state in `conns`.
+    pub fn midstream(f: &Fx, flow: Flow) -> Conn {
+        Conn::connect(f, flow, false)
+    }
+
+    fn connect(f: &Fx, flow: Flow, followed: bool) -> Conn {
+        use std::net::{TcpListener, TcpStream};
+        let lo: std::net::IpAddr = if flow.client.is_ipv4() {
+            "127.0.0.1".parse().unwrap()
+        } else {
+            "::1".parse().unwrap()
+        };
+        let l = TcpListener::bind((lo, 0)).unwrap();
+        let sport = l.local_addr().unwrap().port();
+        f.add_port(sport);
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        client.set_nodelay(true).unwrap();
+        let (server, peer) = l.accept().unwrap();
+        let flow = Flow {
+            client: peer.ip(),
+            server: lo,
+            cport: peer.port(),
+            sport,
+            vlans: vec![],
+        };
+        f.follow(&flow, &server, followed.then_some(SERVER_ISN));
         Conn {
             flow,
-            cseq: cseq + 1,
-            sseq: sseq + 1,
+            client,
+            server,
+            sseq: SERVER_ISN,
         }
     }
 
-    /// A connection the kernel did not see open (as if opened before attach).
-    pub fn midstream(flow: Flow) -> Conn {
-        Conn {
-            flow,
-            cseq: 7000,
-            sseq: 90000,
-        }
+    /// The client sends `bytes`; returns once the server's socket has them (so the stream
+    /// verdict has walked them, in segments of their own).
+    pub fn send(&mut self, _f: &Fx, bytes: &[u8]) {
+        use std::io::{Read, Write};
+        self.client.write_all(bytes).unwrap();
+        let mut got = vec![0u8; bytes.len()];
+        self.server.read_exact(&mut got).unwrap();
+        assert_eq!(got, bytes);
     }
 
-    /// The client sends `bytes` in one segment; XDP must pass it.
-    pub fn send(&mut self, f: &Fx, bytes: &[u8]) {
-        let r = f.xdp(&self.flow.tcp(self.cseq, self.sseq, "PA", bytes));
-        assert_eq!(r.action, XDP_PASS, "a client segment must pass");
-        self.cseq = self.cseq.wrapping_add(bytes.len() as u32);
-    }
-
-    /// The server answers `bytes` in one segment, through TC egress.
+    /// The server answers `bytes` in one segment, through the answers program.
     pub fn answer(&mut self, f: &Fx, bytes: &[u8]) {
-        let r = f.egress(&self.flow.tcp_reply(self.sseq, self.cseq, "PA", bytes));
-        assert_eq!(r.action, TC_ACT_OK);
+        let r = f.egress(&self.flow.tcp_reply(self.sseq, 1, "PA", bytes));
+        assert_eq!(r.action, CG_PASS);
         self.sseq = self.sseq.wrapping_add(bytes.len() as u32);
     }
 }

@@ -29,12 +29,12 @@ pub fn check(via: Via, cmd: &[u8], answer: Option<&[u8]>, keys: &[&str]) {
     let what = format!("{via:?} {:?}", String::from_utf8_lossy(cmd));
     let mut conn = match via {
         Via::Udp => None,
-        Via::TcpMidstream => Some(Conn::midstream(fl.clone())),
+        Via::TcpMidstream => Some(Conn::midstream(&f, fl.clone())),
         _ => Some(Conn::open(&f, fl.clone())),
     };
     let id = next_id();
     match conn.as_mut() {
-        None => assert_eq!(f.xdp(&fl.udp(id, cmd)).action, XDP_PASS, "{what}"),
+        None => assert_eq!(f.udp_in(&fl.udp(id, cmd)), XDP_PASS, "{what}"),
         Some(c) => c.send(&f, cmd),
     }
     for k in keys {
@@ -64,7 +64,7 @@ pub fn check(via: Via, cmd: &[u8], answer: Option<&[u8]>, keys: &[&str]) {
         );
     }
     match (answer, conn.as_mut()) {
-        (Some(a), None) => assert_eq!(f.egress(&fl.udp_reply(id, a)).action, TC_ACT_OK),
+        (Some(a), None) => assert_eq!(f.egress(&fl.udp_reply(id, a)).action, CG_PASS),
         (Some(a), Some(c)) => c.answer(&f, a),
         (None, _) => {}
     }

@@ -89,16 +89,13 @@ pub fn memcached() -> Option<Server> {
     Some(start_with("/usr/bin/memcached", extra))
 }
 
-/// True if `tool` exists; otherwise says so (tests that need it return early, unless
-/// INKCACHED_REQUIRE_TOOLS=1 makes that a failure).
+/// True if `tool` exists; otherwise declares the skip (`testkit::skip`: a failure under CI) and
+/// the test returns.
 pub fn have(tool: &str) -> bool {
     if Path::new(tool).exists() {
         return true;
     }
-    if std::env::var("INKCACHED_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("{tool} is required (INKCACHED_REQUIRE_TOOLS=1)");
-    }
-    eprintln!("SKIP: {tool} not installed");
+    testkit::skip(format!("{tool} is not installed"));
     false
 }
 
@@ -140,4 +137,121 @@ pub fn request_until(s: &mut TcpStream, req: &[u8], end: &[u8]) -> Vec<u8> {
         out.extend_from_slice(&buf[..n]);
     }
     out
+}
+
+/// True when running under CI (`CI=true`): a missing tool is then a failure, not a SKIP.
+pub fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+        || std::env::var("INKCACHED_REQUIRE_TOOLS").as_deref() == Ok("1")
+}
+
+/// Stock memcached and inkcached, both started with `extra`; None (SKIP, or a failure under
+/// CI) without memcached.
+pub fn pair(extra: &[&str]) -> Option<(Server, Server)> {
+    if !Path::new("/usr/bin/memcached").exists() {
+        assert!(!ci(), "/usr/bin/memcached is required under CI");
+        eprintln!("SKIP: /usr/bin/memcached not installed");
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut m: Vec<&str> = if root { vec!["-u", "root"] } else { vec![] };
+    m.extend_from_slice(extra);
+    if !extra.contains(&"-t") {
+        m.extend_from_slice(&["-t", "2"]);
+    }
+    let mc = start_with("/usr/bin/memcached", &m);
+    let ink = inkcached(extra);
+    Some((mc, ink))
+}
+
+/// Sends `req` plus `mn\r\n` and reads up to its `MN\r\n` (or EOF, shown as `<EOF>`): the whole
+/// answer to `req`, however slowly it comes. The sentinel's answer is removed.
+pub fn text(port: u16, req: &[u8]) -> Vec<u8> {
+    let mut s = connect(port);
+    text_on(&mut s, req)
+}
+
+/// As [`text`], on an open connection.
+pub fn text_on(s: &mut TcpStream, req: &[u8]) -> Vec<u8> {
+    let mut r = req.to_vec();
+    r.extend_from_slice(b"mn\r\n");
+    s.write_all(&r).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        if out.ends_with(b"MN\r\n") {
+            out.truncate(out.len() - 4);
+            break;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => {
+                out.extend_from_slice(b"<EOF>");
+                break;
+            }
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                out.extend_from_slice(b"<EOF>");
+                break;
+            }
+            Err(e) => panic!(
+                "no answer in time ({e}); so far {:?}",
+                String::from_utf8_lossy(&out)
+            ),
+        }
+    }
+    out
+}
+
+/// Runs each script (`{}` replaced by a per-script prefix) on a fresh connection to both
+/// servers and lists every difference.
+pub fn differences(mc: u16, ink: u16, scripts: &[&str]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (i, s) in scripts.iter().enumerate() {
+        let s = s.replace("{}", &format!("s{i}_")).into_bytes();
+        let a = text(mc, &s);
+        let b = text(ink, &s);
+        if a != b {
+            failures.push(format!(
+                "request {:?}\n  memcached: {:?}\n  inkcached: {:?}",
+                String::from_utf8_lossy(&s),
+                String::from_utf8_lossy(&a),
+                String::from_utf8_lossy(&b)
+            ));
+        }
+    }
+    failures
+}
+
+/// Asserts that every script gets the same bytes from stock memcached and inkcached started
+/// with `extra` (fresh servers: CAS values line up).
+pub fn assert_same(extra: &[&str], scripts: &[&str]) {
+    let Some((mc, ink)) = pair(extra) else {
+        return;
+    };
+    let f = differences(mc.port, ink.port, scripts);
+    assert!(
+        f.is_empty(),
+        "{} of {} differ:\n{}",
+        f.len(),
+        scripts.len(),
+        f.join("\n")
+    );
+}
+
+/// Runs `program args` to completion: (exit code, stdout, stderr).
+pub fn run_to_end(program: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("timeout")
+        .arg("10")
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

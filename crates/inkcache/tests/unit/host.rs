@@ -1,0 +1,214 @@
+//! The kernel answers only what the host's own stack would deliver to the server (bpf/host.h):
+//! a frame to the interface's MAC and one of its unicast addresses, from a source that is neither
+//! martian nor the host's, with valid checksums. Everything else passes untouched and counts
+//! `not_host`, whatever the allowlist or --max-amplification say.
+use super::fixture::server_iface;
+use super::*;
+use libbpf_rs::MapCore;
+
+/// Offsets in an untagged IPv4 frame.
+const IP4: usize = 14;
+const UDP4: usize = IP4 + 20;
+/// Offsets in an untagged IPv6 frame.
+const UDP6: usize = 14 + 40;
+
+/// A get of a cached key from `fl`, with `edit` applied to the frame: what XDP did.
+fn get_edited(f: &Fx, fl: &Flow, edit: impl FnOnce(&mut Vec<u8>)) -> u32 {
+    let mut frame = fl.udp(next_id(), b"get k\r\n");
+    edit(&mut frame);
+    f.xdp(&frame).action
+}
+
+/// Caches `k` and checks that an unedited get hits: every case below differs in one thing.
+fn cached(fl: &Flow) -> std::sync::MutexGuard<'static, Fx> {
+    let f = fx();
+    f.fill(&Flow::v4(), "k", 0, b"v");
+    assert_eq!(
+        get_edited(&f, fl, |_| ()),
+        XDP_TX,
+        "the unedited get should hit"
+    );
+    f
+}
+
+fn passes(f: &Fx, fl: &Flow, what: &str, edit: impl FnOnce(&mut Vec<u8>)) {
+    let before = f.stats().not_host;
+    assert_eq!(get_edited(f, fl, edit), XDP_PASS, "{what}: answered");
+    assert_eq!(f.stats().not_host, before + 1, "{what}: not counted");
+}
+
+/// Ones' complement sum of 16-bit big-endian words.
+fn sum16(b: &[u8]) -> u32 {
+    b.chunks(2)
+        .map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0)))
+        .sum()
+}
+
+fn fold(mut s: u32) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// The checksum field a local sender leaves partial (CHECKSUM_PARTIAL): the pseudo header's sum.
+fn partial_check(frame: &[u8]) -> u16 {
+    let mut ph = Vec::new();
+    ph.extend_from_slice(&frame[IP4 + 12..IP4 + 20]);
+    ph.extend_from_slice(&[0, 17]);
+    ph.extend_from_slice(&frame[UDP4 + 4..UDP4 + 6]);
+    fold(sum16(&ph))
+}
+
+#[test]
+fn bad_checksums_pass() {
+    let fl = Flow::v4();
+    let f = cached(&fl);
+    passes(&f, &fl, "UDP checksum off by one", |fr| fr[UDP4 + 7] ^= 1);
+    passes(&f, &fl, "IPv4 header checksum off", |fr| {
+        fr[IP4 + 11] ^= 0x10
+    });
+    // a payload byte changed after the checksum was computed
+    passes(&f, &fl, "payload changed", |fr| {
+        let n = fr.len();
+        fr[n - 3] = b'K';
+    });
+    let v6 = Flow::v6();
+    passes(&f, &v6, "IPv6 UDP checksum off", |fr| fr[UDP6 + 6] ^= 0x40);
+    passes(&f, &v6, "IPv6 UDP checksum 0 (not allowed)", |fr| {
+        fr[UDP6 + 6] = 0;
+        fr[UDP6 + 7] = 0;
+    });
+}
+
+#[test]
+fn good_checksums_are_answered() {
+    let fl = Flow::v4();
+    let f = cached(&fl);
+    // IPv4 may leave the UDP checksum out
+    let a = get_edited(&f, &fl, |fr| {
+        fr[UDP4 + 6] = 0;
+        fr[UDP4 + 7] = 0;
+    });
+    assert_eq!(a, XDP_TX);
+    assert_eq!(get_edited(&f, &Flow::v6(), |_| ()), XDP_TX);
+    // a request over 512 bytes is summed in pieces
+    let long = format!("get {} k\r\n", "z".repeat(240));
+    let long = format!("get {}{}", "y".repeat(250), &long[3..]);
+    let mut req = long.clone();
+    while req.len() < 700 {
+        req = format!("get {}{}", "w".repeat(200), &req[3..]);
+    }
+    let before = f.stats().not_host;
+    let r = f.xdp(&fl.udp(next_id(), req.as_bytes()));
+    assert_eq!(r.action, XDP_PASS, "misses pass");
+    assert_eq!(
+        f.stats().not_host,
+        before,
+        "a long valid request is the host's"
+    );
+}
+
+#[test]
+fn partial_checksums_only_on_virtual_interfaces() {
+    let fl = Flow::v4();
+    let f = cached(&fl);
+    let partial = |fr: &mut Vec<u8>| {
+        let c = partial_check(fr);
+        fr[UDP4 + 6..UDP4 + 8].copy_from_slice(&c.to_be_bytes());
+    };
+    passes(&f, &fl, "partial checksum on a physical interface", partial);
+    f.set_iface(&server_iface(inkcache::abi::IFACE_CSUM_PARTIAL as u8));
+    assert_eq!(
+        get_edited(&f, &fl, partial),
+        XDP_TX,
+        "veth: partial is fine"
+    );
+    passes(&f, &fl, "veth: a wrong checksum still", |fr| {
+        fr[UDP4 + 7] ^= 1
+    });
+}
+
+#[test]
+fn foreign_destinations_pass() {
+    let fl = Flow::v4();
+    let f = cached(&fl);
+    passes(&f, &fl, "another host's MAC", |fr| fr[5] ^= 0x80);
+    passes(&f, &fl, "broadcast MAC", |fr| fr[..6].fill(0xff));
+    for dst in [
+        "198.18.0.9",   // a host this one would route to
+        "198.18.0.255", // the subnet's broadcast
+        "255.255.255.255",
+        "224.0.0.1",
+        "198.18.0.3", // another interface's address (weak host: passed to the stack to decide)
+    ] {
+        let to = Flow {
+            server: dst.parse().unwrap(),
+            ..Flow::v4()
+        };
+        passes(&f, &to, dst, |_| ());
+    }
+    let to = Flow {
+        server: "ff02::1".parse().unwrap(),
+        ..Flow::v6()
+    };
+    passes(&f, &to, "ff02::1", |_| ());
+}
+
+#[test]
+fn martian_and_own_sources_pass() {
+    let fl = Flow::v4();
+    let f = cached(&fl);
+    // the first three are in the allowlist: the check does not depend on it
+    for src in [
+        "198.18.0.1",   // the host itself
+        "198.18.0.3",   // another of its addresses
+        "198.18.0.255", // a broadcast
+        "127.0.0.1",
+        "0.0.0.0",
+        "224.0.0.5",
+        "255.255.255.255",
+        "240.0.0.1",
+    ] {
+        passes(&f, &Flow::v4().from(src), src, |_| ());
+    }
+    for src in ["::1", "::", "ff02::1", "::ffff:198.18.0.2", "fd00::1"] {
+        passes(&f, &Flow::v6().from(src), src, |_| ());
+    }
+}
+
+#[test]
+fn loopback_answers_the_host_itself() {
+    let f = fx();
+    f.set_iface(&server_iface(
+        (inkcache::abi::IFACE_LOOPBACK | inkcache::abi::IFACE_CSUM_PARTIAL) as u8,
+    ));
+    f.fill(&Flow::v4(), "k", 0, b"v");
+    // a client on the host, to the host's own address, over lo
+    let own = Flow::v4().from("198.18.0.1");
+    assert_eq!(get_edited(&f, &own, |_| ()), XDP_TX);
+    let before = f.stats().not_host;
+    let to = Flow {
+        server: "198.18.0.9".parse().unwrap(),
+        ..own
+    };
+    assert_eq!(
+        get_edited(&f, &to, |_| ()),
+        XDP_PASS,
+        "not the host's address"
+    );
+    assert_eq!(f.stats().not_host, before + 1);
+}
+
+#[test]
+fn unknown_interface_passes() {
+    let fl = Flow::v4();
+    let f = cached(&fl);
+    f.l.xdp.maps.ifaces.delete(&1u32.to_ne_bytes()).unwrap();
+    passes(
+        &f,
+        &fl,
+        "an interface the control plane did not describe",
+        |_| (),
+    );
+}

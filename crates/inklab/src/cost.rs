@@ -1,0 +1,145 @@
+//! What a run cost the server: the server CPU's busy time (/proc/stat) and the server tasks'
+//! times, and the per-program run time of the eBPF programs (bpf_stats).
+
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use crate::topology::read_trim;
+
+/// CPU counters at one instant: the server CPU's line of /proc/stat and the server tasks' times.
+pub(crate) struct CpuSnap {
+    pub(crate) busy_ns: u64,
+    pub(crate) total_ns: u64,
+    pub(crate) steal_ns: u64,
+    pub(crate) tasks_ns: u64,
+}
+
+pub(crate) fn clk_tck() -> u64 {
+    // /proc/stat and /proc/PID/stat count in USER_HZ, 100 on every architecture Linux exports.
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100)
+}
+
+impl CpuSnap {
+    pub(crate) fn take(cpu: usize, tasks: &[i32]) -> Result<Self> {
+        static TCK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let tck = *TCK.get_or_init(clk_tck);
+        let to_ns = |ticks: u64| ticks * 1_000_000_000 / tck;
+        let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+        let name = format!("cpu{cpu}");
+        let line = stat
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+            .with_context(|| format!("no {name} in /proc/stat"))?;
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        let g = |i: usize| f.get(i).copied().unwrap_or(0);
+        // user nice system idle iowait irq softirq steal
+        let busy = g(0) + g(1) + g(2) + g(5) + g(6);
+        let total = busy + g(3) + g(4) + g(7);
+        let mut tasks_ticks = 0;
+        for &p in tasks {
+            if let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+                if let Some(rest) = s.rsplit_once(") ").map(|(_, r)| r) {
+                    let v: Vec<&str> = rest.split_whitespace().collect();
+                    // fields 14 and 15 (utime, stime), counted from the state (field 3)
+                    let ut: u64 = v.get(11).and_then(|x| x.parse().ok()).unwrap_or(0);
+                    let st: u64 = v.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
+                    tasks_ticks += ut + st;
+                }
+            }
+        }
+        Ok(CpuSnap {
+            busy_ns: to_ns(busy),
+            total_ns: to_ns(total),
+            steal_ns: to_ns(g(7)),
+            tasks_ns: to_ns(tasks_ticks),
+        })
+    }
+}
+
+/// `kernel.bpf_stats_enabled=1` while alive; the previous value restored on drop.
+pub(crate) struct BpfStats {
+    pub(crate) prev: String,
+}
+
+pub(crate) const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    pub(crate) fn enable() -> Result<Self> {
+        let prev = read_trim(BPF_STATS);
+        std::fs::write(BPF_STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
+        Ok(BpfStats { prev })
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let v = if self.prev.is_empty() {
+            "0"
+        } else {
+            &self.prev
+        };
+        let _ = std::fs::write(BPF_STATS, v);
+    }
+}
+
+/// IDs of the BPF programs attached to `iface` (XDP and TC), from `bpftool net show`.
+pub(crate) fn prog_ids(netns: &str, iface: &str) -> Result<Vec<u64>> {
+    let out = testkit::sh(Command::new("ip").args([
+        "netns", "exec", netns, "bpftool", "-j", "net", "show", "dev", iface,
+    ]))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("bpftool net show")?;
+    let mut ids = Vec::new();
+    let mut visit = |o: &serde_json::Value| {
+        for key in ["id", "prog_id"] {
+            if let Some(id) = o.get(key).and_then(|x| x.as_u64()) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+    };
+    for top in v.as_array().into_iter().flatten() {
+        for kind in ["xdp", "tc", "tcx"] {
+            for o in top
+                .get(kind)
+                .and_then(|x| x.as_array())
+                .into_iter()
+                .flatten()
+            {
+                visit(o);
+            }
+        }
+    }
+    Ok(ids)
+}
+
+pub(crate) struct ProgShow {
+    pub(crate) name: String,
+    pub(crate) prog_type: String,
+    pub(crate) run_cnt: u64,
+    pub(crate) run_time_ns: u64,
+}
+
+pub(crate) fn prog_show(id: u64) -> Result<ProgShow> {
+    let out =
+        testkit::sh(Command::new("bpftool").args(["-j", "prog", "show", "id", &id.to_string()]))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("bpftool prog show")?;
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+    let n = |k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+    Ok(ProgShow {
+        name: s("name"),
+        prog_type: s("type"),
+        run_cnt: n("run_cnt"),
+        run_time_ns: n("run_time_ns"),
+    })
+}

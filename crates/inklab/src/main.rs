@@ -1,0 +1,96 @@
+//! `inklab`: inkcache's benchmark scenarios (`inklab paper`).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use inklab::PaperOpts;
+
+#[derive(Parser)]
+#[command(
+    name = "inklab",
+    version,
+    about = "Benchmark scenarios that set up namespaces, servers and the kernel cache themselves"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Stock memcached vs memcached+inkcache vs the XDP echo floor (and inkcached) on a target
+    /// and a non-target workload; writes results.json, results.md and SVG plots to --out.
+    Paper(PaperArgs),
+}
+
+/// The options of `paper`; their defaults are [`PaperOpts::new`]'s.
+#[derive(Args, Clone)]
+struct PaperArgs {
+    /// Short runs and a small key space (under 2 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Output directory.
+    #[arg(long, default_value = PaperOpts::DEFAULT_OUT)]
+    out: PathBuf,
+    /// The inkcache CLI [default: next to this binary, or $INKCACHE_BIN].
+    #[arg(long)]
+    inkcache: Option<PathBuf>,
+    /// The inkcached server [default: next to this binary, or $INKCACHED_BIN].
+    #[arg(long)]
+    inkcached: Option<PathBuf>,
+    #[arg(long, default_value_os_t = defaults().memcached)]
+    memcached: PathBuf,
+    /// Worker threads of memcached and inkcached (they get one core).
+    #[arg(long, default_value_t = defaults().server_threads)]
+    server_threads: usize,
+    /// UDP requests in flight in the max-throughput runs.
+    #[arg(long, default_value_t = defaults().inflight)]
+    inflight: usize,
+    /// Skip the memcaslap cross-check.
+    #[arg(long)]
+    no_memcaslap: bool,
+    /// Run nothing: re-derive ratios and goals from this results.json and rewrite the report
+    /// and plots into --out.
+    #[arg(long)]
+    from_json: Option<PathBuf>,
+}
+
+fn defaults() -> PaperOpts {
+    PaperOpts::new(PaperOpts::DEFAULT_OUT.into(), false)
+}
+
+fn cmd_paper(a: &PaperArgs) -> Result<()> {
+    let mut o = PaperOpts::new(a.out.clone(), a.quick);
+    if a.inkcache.is_some() {
+        o.inkcache = a.inkcache.clone();
+    }
+    if a.inkcached.is_some() {
+        o.inkcached = a.inkcached.clone();
+    }
+    o.memcached = a.memcached.clone();
+    o.server_threads = a.server_threads;
+    o.inflight = a.inflight;
+    o.memcaslap = !a.no_memcaslap;
+    let res = match &a.from_json {
+        Some(f) => inklab::rewrite(f, &o.out)?,
+        None => inklab::paper(&o)?,
+    };
+    print!("{}", inklab::summary(&res));
+    println!(
+        "wrote {}/results.json, results.md and plots",
+        o.out.display()
+    );
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r = match &cli.cmd {
+        Cmd::Paper(a) => cmd_paper(a),
+    };
+    if let Err(e) = r {
+        eprintln!("inklab: error: {e:#}");
+        std::process::exit(1);
+    }
+}

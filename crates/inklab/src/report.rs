@@ -1,0 +1,316 @@
+//! Ratios, goals and the markdown report of the paper scenario.
+
+use std::fmt::Write as _;
+
+use crate::{Goal, PaperResults, Point, Setup, SetupResult};
+
+fn find<'a>(res: &'a PaperResults, wl: &str, s: Setup) -> Option<&'a SetupResult> {
+    res.results
+        .iter()
+        .find(|r| r.workload == wl && r.setup == s && r.max.is_some())
+}
+
+fn max_of<'a>(res: &'a PaperResults, wl: &str, s: Setup) -> Option<&'a Point> {
+    find(res, wl, s).and_then(|r| r.max.as_ref())
+}
+
+/// Fills `ratios` and `goals` from the results.
+pub fn derive(res: &mut PaperResults) {
+    let mut ratios = std::collections::BTreeMap::new();
+    let pairs = [
+        (Setup::MemcachedInkcache, Setup::Memcached),
+        (Setup::MemcachedInkcache, Setup::XdpEcho),
+        (Setup::Inkcached, Setup::Memcached),
+        (Setup::InkcachedInkcache, Setup::Inkcached),
+        (Setup::InkcachedInkcache, Setup::Memcached),
+        (Setup::InkcachedInkcache, Setup::XdpEcho),
+    ];
+    for wl in res.workloads.iter().map(|w| w.name.clone()) {
+        for (a, b) in pairs {
+            let (Some(pa), Some(pb)) = (max_of(res, &wl, a), max_of(res, &wl, b)) else {
+                continue;
+            };
+            if pa.responses == 0 || pb.responses == 0 {
+                continue;
+            }
+            let key = |what: &str| format!("{wl}.{what}.{:?}/{:?}", a, b).to_lowercase();
+            if pb.throughput > 0.0 {
+                ratios.insert(key("throughput"), pa.throughput / pb.throughput);
+            }
+            if pa.server_ns_per_req > 0.0 {
+                // capacity of one server core: the inverse ratio of the costs
+                ratios.insert(key("capacity"), pb.server_ns_per_req / pa.server_ns_per_req);
+                ratios.insert(
+                    key("ns_per_req"),
+                    pa.server_ns_per_req / pb.server_ns_per_req,
+                );
+            }
+            if pa.attributed_ns_per_req > 0.0 && pb.attributed_ns_per_req > 0.0 {
+                ratios.insert(
+                    key("capacity_attributed"),
+                    pb.attributed_ns_per_req / pa.attributed_ns_per_req,
+                );
+            }
+        }
+    }
+    let g = |k: &str| ratios.get(k).copied();
+    // If other jobs ran on the server CPU (a shared machine), its busy time is not the server's:
+    // then the cost basis is the server tasks' own CPU time instead.
+    let other = [
+        ("target", Setup::Memcached),
+        ("target", Setup::MemcachedInkcache),
+        ("target", Setup::XdpEcho),
+        ("nontarget", Setup::Memcached),
+        ("nontarget", Setup::MemcachedInkcache),
+    ]
+    .iter()
+    .filter_map(|(w, s)| max_of(res, w, *s))
+    .map(Point::cpu_other_share)
+    .fold(0.0, f64::max);
+    let attributed = other > 0.25;
+    let basis = if attributed {
+        format!(
+            "cost basis: the server tasks' own CPU time, because up to {:.0}% of CPU1's busy \
+             time belonged to other jobs",
+            other * 100.0
+        )
+    } else {
+        "cost basis: CPU1 busy time".to_string()
+    };
+    let cap = |wl: &str, pair: &str| {
+        let what = if attributed {
+            "capacity_attributed"
+        } else {
+            "capacity"
+        };
+        g(&format!("{wl}.{what}.{pair}"))
+    };
+    let tput_x = g("target.throughput.memcachedinkcache/memcached");
+    let cap_x = cap("target", "memcachedinkcache/memcached");
+    let cap_floor = cap("target", "memcachedinkcache/xdpecho");
+    let tput_floor = g("target.throughput.memcachedinkcache/xdpecho");
+    let nt_tput = g("nontarget.throughput.memcachedinkcache/memcached");
+    let nt_cap = cap("nontarget", "memcachedinkcache/memcached");
+    let nt_lost = max_of(res, "nontarget", Setup::MemcachedInkcache).map(|p| p.loss_ratio);
+    let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
+    res.goals = vec![
+        Goal {
+            goal: "target workload: memcached+inkcache serves >= 5x memcached's requests on one \
+                   server core"
+                .into(),
+            target: ">= 5.0x".into(),
+            measured: cap_x,
+            met: cap_x.map(|v| v >= 5.0),
+            note: format!(
+                "per-core capacity ratio (inverse ratio of server ns/request); {basis}; measured \
+                 closed-loop throughput ratio {} (the client on CPU0 can be the limit)",
+                f(tput_x)
+            ),
+        },
+        Goal {
+            goal: "target workload: memcached+inkcache within 20% of the XDP echo floor".into(),
+            target: ">= 0.80".into(),
+            measured: cap_floor,
+            met: cap_floor.map(|v| v >= 0.8),
+            note: format!(
+                "per-core capacity ratio inkcache/echo; {basis}; throughput ratio {}",
+                f(tput_floor)
+            ),
+        },
+        Goal {
+            goal: "non-target workload: memcached+inkcache loses <= 3% of memcached's capacity"
+                .into(),
+            target: "<= 0.03".into(),
+            measured: nt_cap.map(|v| 1.0 - v),
+            met: nt_cap.map(|v| 1.0 - v <= 0.03),
+            note: format!(
+                "1 - per-core capacity ratio; {basis}; measured throughput ratio {}; packets \
+                 lost {}",
+                f(nt_tput),
+                nt_lost.map_or("n/a".into(), |v| format!("{:.3}%", v * 100.0))
+            ),
+        },
+    ];
+    res.ratios = ratios;
+}
+
+fn num(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.2}%", v * 100.0)
+}
+
+/// The markdown report.
+pub fn markdown(res: &PaperResults) -> String {
+    let mut s = String::new();
+    let m = &res.meta;
+    let _ = writeln!(
+        s,
+        "# inkcache paper scenario{}\n",
+        if m.quick { " (quick)" } else { "" }
+    );
+    let _ = writeln!(
+        s,
+        "Kernel {}, {} CPUs ({}), {}; server threads `-t {}`; closed loop with {} UDP requests in \
+         flight; {:.0} s per measurement; whole run {:.0} s.\n",
+        m.kernel,
+        m.cpus,
+        m.cpu_model,
+        m.memcached_version,
+        m.server_threads,
+        m.inflight,
+        m.timing.measure_s,
+        m.elapsed_s
+    );
+    let _ = writeln!(s, "Topology: {}.\n", m.topology);
+    for wl in &res.workloads {
+        let rate = m.latency_rates.get(&wl.name).copied();
+        let _ = writeln!(s, "## Workload `{}`\n\n{}.\n", wl.name, wl.description);
+        let _ = writeln!(
+            s,
+            "| configuration | max req/s | CPU1 busy | server ns/req | req/s per core | \
+             attributed ns/req | kernel hits | lost (max) | p50 us | p99 us | p99.9 us | \
+             lost (latency) |"
+        );
+        let _ = writeln!(
+            s,
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for r in res.results.iter().filter(|r| r.workload == wl.name) {
+            let Some(p) = &r.max else {
+                let why = r
+                    .skipped
+                    .as_deref()
+                    .or(r.error.as_deref())
+                    .unwrap_or("not run");
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | | | | | | | | | | |",
+                    r.label,
+                    why.replace('|', "/")
+                );
+                continue;
+            };
+            let l = r.latency.as_ref();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.label,
+                num(p.throughput),
+                pct(p.server_cpu_busy),
+                num(p.server_ns_per_req),
+                num(p.capacity_per_core),
+                num(p.attributed_ns_per_req),
+                p.kernel_hit_ratio.map_or("-".into(), pct),
+                pct(p.loss_ratio),
+                l.map_or("-".into(), |l| num(l.latency.p50_us)),
+                l.map_or("-".into(), |l| num(l.latency.p99_us)),
+                l.map_or("-".into(), |l| num(l.latency.p999_us)),
+                l.map_or("-".into(), |l| pct(l.loss_ratio)),
+            );
+        }
+        if let Some(rate) = rate {
+            let _ = writeln!(
+                s,
+                "\nLatency columns: open loop at {rate:.0} req/s (half of memcached's max), \
+                 measured from each request's scheduled send time."
+            );
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "## Ratios\n");
+    let _ = writeln!(
+        s,
+        "`throughput` = measured max req/s ratio; `capacity` = req/s one server core would \
+         answer (inverse ratio of server ns/request); `ns_per_req` = server CPU per request ratio.\n"
+    );
+    let _ = writeln!(s, "| ratio | value |\n|---|---:|");
+    for (k, v) in &res.ratios {
+        let _ = writeln!(s, "| {k} | {v:.3} |");
+    }
+    let _ = writeln!(s, "\n## Goals\n");
+    let _ = writeln!(
+        s,
+        "| goal | target | measured | met | note |\n|---|---|---:|---|---|"
+    );
+    for g in &res.goals {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            g.goal,
+            g.target,
+            g.measured.map_or("n/a".into(), |v| format!("{v:.3}")),
+            match g.met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "n/a",
+            },
+            g.note
+        );
+    }
+    let profiled: Vec<_> = res
+        .results
+        .iter()
+        .filter(|r| !r.bpf_profile.is_empty())
+        .collect();
+    if !profiled.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Per-program cost (kernel.bpf_stats_enabled=1, separate closed-loop run)\n"
+        );
+        let _ = writeln!(
+            s,
+            "| workload | configuration | program | type | ns/run | runs/request | server ns/req in that run |\n|---|---|---|---|---:|---:|---:|"
+        );
+        for r in profiled {
+            for p in &r.bpf_profile {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {:.0} | {:.2} | {} |",
+                    r.workload,
+                    r.label,
+                    p.name,
+                    p.prog_type,
+                    p.ns_per_run,
+                    p.runs_per_req,
+                    r.profile_server_ns_per_req.map_or("-".into(), num)
+                );
+            }
+        }
+    }
+    if !res.memcaslap.is_empty() {
+        let _ = writeln!(s, "\n## Cross-check with memcaslap -U\n");
+        let _ = writeln!(
+            s,
+            "| configuration | command | TPS | kernel hits | error |\n|---|---|---:|---:|---|"
+        );
+        for c in &res.memcaslap {
+            let _ = writeln!(
+                s,
+                "| {} | `{}` | {} | {} | {} |",
+                c.label,
+                c.command,
+                c.tps.map_or("-".into(), num),
+                c.kernel
+                    .as_ref()
+                    .and_then(|k| k.get("hits"))
+                    .map_or("-".into(), |h| h.to_string()),
+                c.error.as_deref().unwrap_or("")
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nmemcaslap's own mix (90% gets, 10% sets, 64-byte values, its own keys) differs from \
+             inkbench's `target` workload; compare orders of magnitude, not exact values."
+        );
+    }
+    s
+}
