@@ -45,6 +45,10 @@ fn inkcache(args: &[&str]) {
 }
 
 fn attach(pair: &Pair) -> Attached<'_> {
+    attach_as(pair, true)
+}
+
+fn attach_as(pair: &Pair, cooperative: bool) -> Attached<'_> {
     inkcache(&[
         "--netns",
         &pair.client.name,
@@ -58,7 +62,11 @@ fn attach(pair: &Pair) -> Attached<'_> {
         "attach",
         "--iface",
         &pair.srv_if,
-        "--cooperative",
+        if cooperative {
+            "--cooperative"
+        } else {
+            "--max-age=60"
+        },
     ]);
     Attached(pair)
 }
@@ -266,4 +274,170 @@ fn cooperative_mode_installs_and_invalidates() {
         kernel_stat(&pair, "hits") > 1000,
         "few kernel hits:\n{text}"
     );
+}
+
+/// A binary protocol request (memcached's protocol_binary.h layout).
+fn bin_req(opcode: u8, key: &[u8], extras: &[u8], value: &[u8]) -> Vec<u8> {
+    let body = (extras.len() + key.len() + value.len()) as u32;
+    let mut r = vec![0x80, opcode];
+    r.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    r.push(extras.len() as u8);
+    r.extend_from_slice(&[0, 0, 0]); // data type, vbucket
+    r.extend_from_slice(&body.to_be_bytes());
+    r.extend_from_slice(&[0; 12]); // opaque, cas
+    r.extend_from_slice(extras);
+    r.extend_from_slice(key);
+    r.extend_from_slice(value);
+    r
+}
+
+/// Sends `req` and reads `answers` binary answers; returns their statuses.
+fn bin_roundtrip(t: &mut TcpStream, req: &[u8], answers: usize) -> Vec<u16> {
+    t.write_all(req).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..answers {
+        let mut h = [0u8; 24];
+        t.read_exact(&mut h).unwrap();
+        assert_eq!(h[0], 0x81, "not a binary answer");
+        let body = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        let mut b = vec![0; body];
+        t.read_exact(&mut b).unwrap();
+        out.push(u16::from_be_bytes([h[6], h[7]]));
+    }
+    out
+}
+
+/// Writes in the binary protocol (TCP) and text writes over UDP invalidate the kernel's entry
+/// before they are acknowledged, as text writes over TCP do.
+#[test]
+fn cooperative_mode_binary_and_udp_writes() {
+    let pair = Pair::new().unwrap();
+    let _a = attach(&pair);
+    let _srv = inkcached(&pair, &["--cooperative", &pair.srv_if]);
+    pair.client.run(|| {
+        let mut c = Client::new();
+        let mut b = TcpStream::connect((SRV_V4, 11211)).unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let set = |v: &[u8]| bin_req(0x01, b"k", &[0, 0, 0, 7, 0, 0, 0, 0], v);
+        assert_eq!(c.tcp("set k 0 0 3\r\nold\r\n"), "STORED\r\n");
+        assert_eq!(c.get_twice(&pair, "k"), "VALUE k 0 3\r\nold\r\nEND\r\n");
+        assert_eq!(bin_roundtrip(&mut b, &set(b"bin"), 1), [0]);
+        assert_eq!(c.get_twice(&pair, "k"), "VALUE k 7 3\r\nbin\r\nEND\r\n");
+        // quiet set: no answer until the noop, the entry is gone by then
+        let mut q = bin_req(0x11, b"k", &[0, 0, 0, 8, 0, 0, 0, 0], b"qq");
+        q.extend_from_slice(&bin_req(0x0a, b"", &[], b""));
+        assert_eq!(bin_roundtrip(&mut b, &q, 1), [0]);
+        assert_eq!(c.get_twice(&pair, "k"), "VALUE k 8 2\r\nqq\r\nEND\r\n");
+        // append, increment, delete, flush
+        assert_eq!(
+            bin_roundtrip(&mut b, &bin_req(0x0e, b"k", &[], b"!"), 1),
+            [0]
+        );
+        assert_eq!(c.get_twice(&pair, "k"), "VALUE k 8 3\r\nqq!\r\nEND\r\n");
+        assert_eq!(
+            bin_roundtrip(&mut b, &bin_req(0x04, b"k", &[], b""), 1),
+            [0]
+        );
+        assert_eq!(c.get_twice(&pair, "k"), "END\r\n");
+        assert_eq!(bin_roundtrip(&mut b, &set(b"again"), 1), [0]);
+        assert_eq!(c.get_twice(&pair, "k"), "VALUE k 7 5\r\nagain\r\nEND\r\n");
+        assert_eq!(bin_roundtrip(&mut b, &bin_req(0x08, b"", &[], b""), 1), [0]);
+        assert_eq!(c.get_twice(&pair, "k"), "END\r\n");
+        // a text write over UDP
+        assert_eq!(c.tcp("set u 0 0 1\r\na\r\n"), "STORED\r\n");
+        assert_eq!(c.get_twice(&pair, "u"), "VALUE u 0 1\r\na\r\nEND\r\n");
+        c.id += 1;
+        let mut req = vec![(c.id >> 8) as u8, c.id as u8, 0, 0, 0, 1, 0, 0];
+        req.extend_from_slice(b"set u 0 0 1\r\nb\r\n");
+        c.u.send_to(&req, (SRV_V4, 11211)).unwrap();
+        let mut buf = [0u8; 256];
+        let (n, _) = c.u.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[8..n], b"STORED\r\n");
+        assert_eq!(c.get_twice(&pair, "u"), "VALUE u 0 1\r\nb\r\nEND\r\n");
+    });
+    assert!(
+        kernel_stat(&pair, "hits") >= 7,
+        "seven values served by the kernel"
+    );
+}
+
+/// inkcached's own counter `name` (`stats` over TCP).
+fn server_stat(name: &str) -> u64 {
+    let mut t = TcpStream::connect((SRV_V4, 11211)).unwrap();
+    t.write_all(b"stats\r\n").unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 8192];
+    while !text.ends_with(b"END\r\n") {
+        let n = t.read(&mut buf).unwrap();
+        assert!(n > 0);
+        text.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&text).into_owned();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!("STAT {name} "))?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no stat {name}"))
+}
+
+/// AF_XDP behind inkcache: in cooperative mode inkcache's XDP program hands the requests it
+/// does not answer to inkcached's sockets, writes over UDP included; behind a transparent
+/// attachment (whose socket-side programs must see every request) inkcached uses sockets.
+#[test]
+fn afxdp_behind_inkcache() {
+    let pair = Pair::new().unwrap();
+    {
+        let _a = attach_as(&pair, false);
+        let _srv = inkcached(&pair, &["--afxdp", &pair.srv_if]);
+        pair.client.run(|| {
+            let mut c = Client::new();
+            assert_eq!(c.tcp("set k 0 0 1\r\na\r\n"), "STORED\r\n");
+            assert_eq!(c.get("k"), "VALUE k 0 1\r\na\r\nEND\r\n");
+            assert_eq!(
+                server_stat("afxdp_rx_packets"),
+                0,
+                "AF_XDP behind transparent"
+            );
+        });
+    }
+    let _a = attach(&pair);
+    let _srv = inkcached(
+        &pair,
+        &["--cooperative", &pair.srv_if, "--afxdp", &pair.srv_if],
+    );
+    pair.client.run(|| {
+        let mut c = Client::new();
+        assert_eq!(c.get("k"), "END\r\n");
+        assert_eq!(server_stat("afxdp_rx_packets"), 1);
+        assert_eq!(c.tcp("set k 0 0 1\r\na\r\n"), "STORED\r\n");
+        assert_eq!(c.get_twice(&pair, "k"), "VALUE k 0 1\r\na\r\nEND\r\n");
+        // a write over UDP goes to AF_XDP too, and invalidates before its answer
+        c.id += 1;
+        let mut req = vec![(c.id >> 8) as u8, c.id as u8, 0, 0, 0, 1, 0, 0];
+        req.extend_from_slice(b"set k 0 0 1\r\nb\r\n");
+        c.u.send_to(&req, (SRV_V4, 11211)).unwrap();
+        let mut buf = [0u8; 256];
+        let (n, _) = c.u.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[8..n], b"STORED\r\n");
+        assert_eq!(c.get_twice(&pair, "k"), "VALUE k 0 1\r\nb\r\nEND\r\n");
+        // the first get, the UDP set, and the kernel misses of both get_twice
+        assert_eq!(server_stat("afxdp_rx_packets"), 4);
+        // binary over UDP through AF_XDP: one answer datagram per answer (getkq, getk)
+        c.id += 1;
+        let mut req = vec![(c.id >> 8) as u8, c.id as u8, 0, 0, 0, 1, 0, 0];
+        req.extend_from_slice(&bin_req(0x0d, b"nope", &[], b""));
+        req.extend_from_slice(&bin_req(0x0c, b"k", &[], b""));
+        req.extend_from_slice(&bin_req(0x0c, b"k", &[], b""));
+        c.u.send_to(&req, (SRV_V4, 11211)).unwrap();
+        for _ in 0..2 {
+            let (n, _) = c.u.recv_from(&mut buf).unwrap();
+            assert_eq!(u16::from_be_bytes([buf[0], buf[1]]), c.id);
+            assert_eq!(&buf[4..6], &[0, 1], "one datagram per answer");
+            assert_eq!(buf[8], 0x81);
+            assert_eq!(&buf[n - 2..n], b"kb", "GETK answer: key and value");
+        }
+    });
 }
