@@ -9,7 +9,7 @@ set -euo pipefail
 BIN=${BIN:-target/release}
 SECS=${1:-60}; shift || true
 ID=$$
-SRV=bpchk-s$ID CLI=bpchk-c$ID SIF=bpcs$ID CIF=bpcc$ID
+SRV=bypchk-s$ID CLI=bypchk-c$ID SIF=bypcs$ID CIF=bypcc$ID
 PID=""
 cleanup() {
     set +e
