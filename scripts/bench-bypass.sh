@@ -24,7 +24,7 @@ CONFIGS=${CONFIGS:-"miss-sock-t1 miss-afxdp-t1 miss-sock-t2 miss-sock-steer-t2 m
     set-alone set-transparent set-coop"}
 SRV=198.18.0.1
 ID=$$
-NS_S=bpb-s$ID NS_C=bpb-c$ID IF_S=bpbs$ID IF_C=bpbc$ID
+NS_S=bypb-s$ID NS_C=bypb-c$ID IF_S=bypbs$ID IF_C=bypbc$ID
 PID=""
 
 cleanup() {

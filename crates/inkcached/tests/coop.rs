@@ -359,6 +359,8 @@ fn cooperative_mode_binary_and_udp_writes() {
         kernel_stat(&pair, "hits") >= 7,
         "seven values served by the kernel"
     );
+    // the server's connections are not followed (no stream parser on their receive path)
+    assert_eq!(kernel_stat(&pair, "conn_tracked"), 0);
 }
 
 /// inkcached's own counter `name` (`stats` over TCP).
