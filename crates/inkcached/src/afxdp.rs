@@ -3,8 +3,8 @@
 //! Long file: the UMEM, the four rings, the sockets' set-up and the frame path (parse, answer,
 //! headers) are one unit over one shared memory layout; split, each part would expose it.
 //!
-//! An XDP program (inkcache's when inkcache is attached to IFACE, else inkcached's own
-//! `bpf/inkcached/inkcached_xdp.bpf.c`) hands the UDP requests for our port and addresses to the
+//! An XDP program (inkcache's when inkcache is attached to IFACE in cooperative mode, else
+//! inkcached's own `bpf/inkcached/inkcached_xdp.bpf.c`) hands the UDP requests for our port and addresses to the
 //! AF_XDP sockets in the `xsks` map (see `bpf/xsk.h`); they skip the kernel's UDP stack. Each
 //! worker answers them from the same store and sends the reply frames back through the socket's
 //! TX ring, building Ethernet, IP and UDP headers itself (the request's, swapped). TCP, and every

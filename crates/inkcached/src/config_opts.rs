@@ -466,6 +466,24 @@ mod tests {
     }
 
     #[test]
+    fn bypass_options() {
+        let c = run("--afxdp=eth0 -t 2 --steer --cooperative eth1 -U 5").unwrap();
+        assert_eq!(c.bypass.afxdp.as_deref(), Some("eth0"));
+        assert_eq!(c.bypass.cooperative.as_deref(), Some("eth1"));
+        assert!(c.bypass.steer && c.bypass.steer_cpumap.is_none());
+        assert_eq!((c.threads, c.udp_port), (2, 5));
+        assert_eq!(
+            run("--steer-cpumap veth0").unwrap().bypass.steer_cpumap,
+            Some("veth0".into())
+        );
+        assert!(run("--steer=1").is_err());
+        assert!(run("--afxdp").is_err());
+        // exact names only: a prefix is not taken for them
+        assert!(run("--ste").is_err());
+        assert!(!run("-v").unwrap().bypass.steer);
+    }
+
+    #[test]
     fn refusals_match_memcached() {
         let e = |s: &str| run(s).unwrap_err();
         assert_eq!(
