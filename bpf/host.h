@@ -14,11 +14,12 @@
 #include "maps.h"
 #include "scratch.h"
 
+/* By ifindex % IFACE_SLOTS (an array: the lookup is inlined); the entry names its ifindex. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct ink_iface);
-	__uint(max_entries, IFACES_MAX);
+	__uint(max_entries, IFACE_SLOTS);
 } ifaces SEC(".maps");
 
 static __always_inline int addr_eq(const __u8 *a, const __u8 *b)
@@ -62,96 +63,70 @@ static __always_inline int addresses_ok(const struct ink_iface *ifc, const struc
 	return dst_ok;
 }
 
-/* The IPv4 header (20 bytes: requests with options are not answered) sums to all ones. */
-static __always_inline int ip4_csum_ok(struct xdp_md *ctx, const struct pkt *p)
+/* Sum of the 16-bit words of an address as it lies in memory (IPv4: its last 4 bytes). */
+static __always_inline __u32 addr_sum(const __u8 *a, int v6)
 {
-	__u16 ip[10];
+	const __u16 *w = (const __u16 *)a;
+	__u32 sum = w[6] + w[7];
 
-	if (bpf_xdp_load_bytes(ctx, p->l3_off, ip, sizeof(ip)))
-		return 0;
-	return csum_fold(csum_words(ip, 10)) == 0;
+	if (v6)
+		sum += w[0] + w[1] + w[2] + w[3] + w[4] + w[5];
+	return sum;
 }
 
-/* The UDP checksum of the datagram whose header and memcached frame header are in the packet at
- * l4_off and whose request (plen bytes) is in scratch.buf. A virtual interface (veth, loopback)
- * carries local senders' datagrams with the checksum left partial (the pseudo header's sum, which
- * the stack accepts as such): allowed there only. IPv4 may omit the checksum (0), IPv6 may not. */
-static __always_inline int udp_csum_ok(struct xdp_md *ctx, struct scratch *s,
-				       const struct pkt *p, __u32 plen, __u8 flags)
+/* The UDP checksum of the request: pseudo header and UDP header from what parsing kept (struct
+ * pkt), the memcached frame header's sum `fsum` (its words as they lie in the packet), the
+ * request (plen bytes) from scratch.buf. Sums are in memory order (csum.h). A virtual interface
+ * (veth, loopback) carries local senders' datagrams with the checksum left partial (the pseudo
+ * header's sum, which the stack accepts from them): allowed there only. IPv4 may omit the
+ * checksum (0), IPv6 may not. */
+static __always_inline int udp_csum_ok(struct scratch *s, const struct pkt *p, __u32 plen,
+				       __u32 fsum, __u8 flags)
 {
-	__u32 ph[10], l4[4], ulen = p->payload_len + 8;
-	__s64 sum;
-	__u16 check;
+	__u16 ulen = bpf_htons((__u16)(p->payload_len + 8));
+	__u32 sum;
+	__s64 d;
 
-	if (plen > PAYLOAD_MAX || bpf_xdp_load_bytes(ctx, p->l4_off, l4, sizeof(l4)))
+	if (p->l4_check == 0)
+		return !p->ipv6;
+	if (plen > PAYLOAD_MAX)
 		return 0;
-	__builtin_memcpy(&check, (__u8 *)l4 + 6, 2); /* as it lies in the packet */
-	if (p->ipv6) {
-		__builtin_memcpy(ph, p->saddr, 16);
-		__builtin_memcpy(&ph[4], p->daddr, 16);
-		ph[8] = bpf_htonl(ulen);
-		ph[9] = bpf_htonl(IPPROTO_UDP);
-		if (check == 0)
-			return 0;
-		sum = bpf_csum_diff(0, 0, ph, 40, 0);
-	} else {
-		if (check == 0)
-			return 1;
-		__builtin_memcpy(ph, &p->saddr[12], 4);
-		__builtin_memcpy(&ph[1], &p->daddr[12], 4);
-		ph[2] = bpf_htonl((IPPROTO_UDP << 16) | ulen);
-		sum = bpf_csum_diff(0, 0, ph, 12, 0);
-	}
-	if (sum < 0)
-		return 0;
-	if ((flags & IFACE_CSUM_PARTIAL) && (__u16)~csum_fold((__u32)sum) == check)
+	sum = addr_sum(p->saddr, p->ipv6) + addr_sum(p->daddr, p->ipv6) +
+	      bpf_htons(IPPROTO_UDP) + ulen;
+	if ((flags & IFACE_CSUM_PARTIAL) && (__u16)~csum_fold(sum) == p->l4_check)
 		return 1;
-	/* UDP header and frame header (16 bytes), then the request, zero-padded to 4 bytes */
-	sum = bpf_csum_diff(0, 0, l4, 16, (__u32)sum);
-	if (sum < 0)
-		return 0;
-	__builtin_memset(&s->buf[plen & 2047], 0, 4);
+	sum += p->sport + p->dport + ulen + p->l4_check + fsum;
+	/* the request, 8 bytes at a time (zero-padded): 32-bit halves summed in 64 bits, folded */
+	STORE64(&s->buf[plen & BUF_MASK], 0);
 	{
-		__u32 n = (plen + 3) & ~3U;
-		__u32 a = n > 512 ? 512 : n, b = n - a;
+		__u32 words = (plen + 7) / 8;
+		__u64 acc = 0;
 
-		barrier_var(a); /* keep the mask: the verifier needs the bound */
-		a &= 1023;
-		if (a < 4)
-			return 0;
-		sum = bpf_csum_diff(0, 0, (__be32 *)s->buf, a, (__u32)sum);
-		/* a request over 512 bytes (many keys): the rest, 512 bytes at a time */
-		if (b && sum >= 0) {
-			__u32 c = b > 512 ? 512 : b;
-			barrier_var(c);
-			c &= 1023;
-			if (c >= 4)
-				sum = bpf_csum_diff(0, 0, (__be32 *)&s->buf[512], c, (__u32)sum);
-			b -= c;
-			if (b && sum >= 0) {
-				c = b > 512 ? 512 : b;
-				barrier_var(c);
-				c &= 1023;
-				if (c >= 4)
-					sum = bpf_csum_diff(0, 0, (__be32 *)&s->buf[1024], c,
-							    (__u32)sum);
-			}
+		for (__u32 i = 0; i < PAYLOAD_MAX / 8 + 1; i++) {
+			__u64 w;
+			if (i >= words)
+				break;
+			w = LOAD64(&s->buf[(i * 8) & BUF_MASK]);
+			acc += (w & 0xffffffff) + (w >> 32);
 		}
+		acc = (acc & 0xffffffff) + (acc >> 32);
+		acc = (acc & 0xffffffff) + (acc >> 32);
+		d = (__u32)acc;
 	}
-	return sum >= 0 && csum_fold((__u32)sum) == 0;
+	return csum_fold(csum_add(sum, (__u32)d)) == 0;
 }
 
-/* 1 if the host's stack would deliver this UDP request (plen bytes in scratch.buf) to the server;
- * else 0 (counted: not_host). */
+/* 1 if the host's stack would deliver this UDP request (plen bytes in scratch.buf after the
+ * frame header whose word sum is fsum) to the server; else 0 (counted: not_host). */
 static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, struct pkt *p,
-					 __u32 plen)
+					 __u32 plen, __u32 fsum)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
-	__u32 ifindex = ctx->ingress_ifindex;
-	struct ink_iface *ifc = bpf_map_lookup_elem(&ifaces, &ifindex);
+	__u32 ifindex = ctx->ingress_ifindex, slot = ifindex % IFACE_SLOTS;
+	struct ink_iface *ifc = bpf_map_lookup_elem(&ifaces, &slot);
 	__u8 *dmac = data;
 
-	if (!ifc || (void *)(dmac + 6) > data_end)
+	if (!ifc || ifc->ifindex != ifindex || (void *)(dmac + 6) > data_end)
 		goto no;
 	if (*(__u32 *)dmac != *(__u32 *)ifc->mac || *(__u16 *)(dmac + 4) != *(__u16 *)(ifc->mac + 4))
 		goto no;
@@ -162,9 +137,7 @@ static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, 
 	} else if (martian_source(p) || !addresses_ok(ifc, p, 1)) {
 		goto no;
 	}
-	if (!p->ipv6 && !p->ip_opts && !ip4_csum_ok(ctx, p)) /* options: not answered */
-		goto no;
-	if (!udp_csum_ok(ctx, s, p, plen, ifc->flags))
+	if (p->ip_bad || !udp_csum_ok(s, p, plen, fsum, ifc->flags))
 		goto no;
 	return 1;
 no:

@@ -200,7 +200,8 @@ struct ink_req_key {
  * marked shared and neither key is served. */
 /* An interface the kernel answers on, as the control plane found it at attach (the `ifaces`
  * map, by ifindex): the kernel answers only what the host's stack would deliver (host.h). */
-#define IFACES_MAX   64     /* interfaces of one attachment (the control plane's MAX_GROUP) */
+#define IFACE_SLOTS  256    /* `ifaces` entries, by ifindex % IFACE_SLOTS (interfaces attached
+			     * together must differ there: attach refuses otherwise) */
 #define IFACE_ADDRS  16     /* addresses listed per interface; more are not answered */
 #define IFACE_CSUM_PARTIAL 1 /* virtual interface: local senders' UDP checksums may be partial */
 #define IFACE_LOOPBACK 2    /* loopback: every source is the host itself, every host address local */
@@ -208,6 +209,7 @@ struct ink_req_key {
 #define ADDR_HOST    2      /* another address of the host (or a broadcast): never a source */
 
 struct ink_iface {
+	__u32 ifindex;         /* 0: no interface in this slot */
 	__u8 mac[6];
 	__u8 flags;            /* IFACE_* */
 	__u8 naddr;            /* entries used in addr/kind */

@@ -228,7 +228,7 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct mc_udp_hdr *fh = data + (p->payload_off & 127);
-	__u32 plen;
+	__u32 plen, fsum;
 	__u16 req_id;
 
 	if (p->payload_len < UDP_HDR_MC || (void *)(fh + 1) > data_end) {
@@ -237,6 +237,7 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 	}
 	plen = p->payload_len - UDP_HDR_MC;
 	req_id = fh->req_id;
+	fsum = (__u32)fh->req_id + fh->seq + fh->total + fh->reserved; /* for host_delivers */
 	/* the kernel answers the usual one-datagram requests (memcached also takes other sequence
 	 * numbers, and drops datagrams announcing several) */
 	if (fh->seq != 0 || fh->total != bpf_htons(1) || plen < 6 || plen > PAYLOAD_MAX) {
@@ -250,12 +251,12 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 		return XDP_PASS;
 	}
 	if (plen >= 7 && buf_eq(s, 0, "get ", 4))
-		return host_delivers(ctx, s, p, plen) ? handle_get(ctx, s, p, plen, req_id, 0)
+		return host_delivers(ctx, s, p, plen, fsum) ? handle_get(ctx, s, p, plen, req_id, 0)
 						      : XDP_PASS;
 	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
-		return host_delivers(ctx, s, p, plen) ? handle_get(ctx, s, p, plen, req_id, 1)
+		return host_delivers(ctx, s, p, plen, fsum) ? handle_get(ctx, s, p, plen, req_id, 1)
 						      : XDP_PASS;
-	if (buf_eq(s, 0, "mg ", 3) && !p->ip_opts && host_delivers(ctx, s, p, plen) &&
+	if (buf_eq(s, 0, "mg ", 3) && !p->ip_opts && host_delivers(ctx, s, p, plen, fsum) &&
 	    handle_mg(ctx, s, p, plen, req_id) == XDP_TX)
 		return XDP_TX;
 	stat_inc(ST_PASSED);

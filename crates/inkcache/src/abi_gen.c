@@ -39,7 +39,7 @@ int main(void)
 	CONST(SEG_UNITS, "16-byte units per arena segment.");
 	CONST(CONN_FIFO, "Writes per followed connection awaiting their answers.");
 	CONST(PART_MAX, "Bytes of a line cut by a segment end that are carried over.");
-	CONST(IFACES_MAX, "Interfaces in the `ifaces` map.");
+	CONST(IFACE_SLOTS, "Slots of the `ifaces` map (by ifindex modulo this).");
 	CONST(IFACE_ADDRS, "Addresses listed per interface.");
 	CONST(IFACE_CSUM_PARTIAL, "struct ink_iface flags: UDP checksums may be left partial.");
 	CONST(IFACE_LOOPBACK, "struct ink_iface flags: the loopback interface.");

@@ -7,7 +7,9 @@ use std::net::IpAddr;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::abi::{self, ADDR_HOST, ADDR_LOCAL, IFACE_ADDRS, IFACE_CSUM_PARTIAL, IFACE_LOOPBACK};
+use crate::abi::{
+    self, ADDR_HOST, ADDR_LOCAL, IFACE_ADDRS, IFACE_CSUM_PARTIAL, IFACE_LOOPBACK, IFACE_SLOTS,
+};
 use crate::skel::xdp::types::ink_iface;
 
 /// An address as the programs keep it: IPv6, or IPv4 mapped as ::ffff:a.b.c.d.
@@ -82,9 +84,28 @@ pub fn describe(iface: &str) -> Result<ink_iface> {
     Ok(e)
 }
 
-/// Writes `iface`'s entry into the `ifaces` map.
+/// The `ifaces` slot of an interface.
+pub fn slot(ifindex: u32) -> u32 {
+    ifindex % IFACE_SLOTS as u32
+}
+
+/// Writes `iface`'s entry into the `ifaces` map; refuses if another interface of the same
+/// attachment has its slot.
 pub fn publish(map: &dyn MapCore, ifindex: u32, iface: &str) -> Result<()> {
-    let e = describe(iface)?;
-    map.update(&ifindex.to_ne_bytes(), abi::bytes_of(&e), MapFlags::ANY)
+    let key = slot(ifindex).to_ne_bytes();
+    if let Some(old) = map.lookup(&key, MapFlags::ANY)? {
+        let old: ink_iface = abi::from_bytes(&old).context("reading the ifaces map")?;
+        if old.ifindex != 0 && old.ifindex != ifindex {
+            anyhow::bail!(
+                "{iface} (ifindex {ifindex}) and ifindex {} cannot be attached together (both \
+                 take slot {} of {IFACE_SLOTS}): attach them separately",
+                old.ifindex,
+                slot(ifindex)
+            );
+        }
+    }
+    let mut e = describe(iface)?;
+    e.ifindex = ifindex;
+    map.update(&key, abi::bytes_of(&e), MapFlags::ANY)
         .with_context(|| format!("recording {iface}'s addresses"))
 }

@@ -97,7 +97,6 @@ impl Fx {
             &m.ttl_hints,
             &m.conn_socks,
             &m.ports,
-            &m.ifaces,
         ] {
             clear_hash(map);
         }
@@ -219,6 +218,7 @@ impl Fx {
 /// 198.18.0.255 (a broadcast) and 198.18.0.3 (another interface's); `flags` IFACE_*.
 pub fn server_iface(flags: u8) -> ink_iface {
     let mut e = ink_iface {
+        ifindex: 1,
         mac: packet::SERVER_MAC,
         flags,
         ..Default::default()

@@ -4,7 +4,6 @@
 //! `not_host`, whatever the allowlist or --max-amplification say.
 use super::fixture::server_iface;
 use super::*;
-use libbpf_rs::MapCore;
 
 /// Offsets in an untagged IPv4 frame.
 const IP4: usize = 14;
@@ -204,7 +203,13 @@ fn loopback_answers_the_host_itself() {
 fn unknown_interface_passes() {
     let fl = Flow::v4();
     let f = cached(&fl);
-    f.l.xdp.maps.ifaces.delete(&1u32.to_ne_bytes()).unwrap();
+    // the slot of ifindex 1 describing another interface (257 % 256 == 1), then nothing
+    f.set_iface(&inkcache::skel::xdp::types::ink_iface {
+        ifindex: 1 + inkcache::abi::IFACE_SLOTS as u32,
+        ..server_iface(0)
+    });
+    passes(&f, &fl, "another interface's slot", |_| ());
+    f.set_iface(&inkcache::skel::xdp::types::ink_iface::default());
     passes(
         &f,
         &fl,

@@ -7,6 +7,7 @@ pub mod fixture;
 pub mod packet;
 
 mod binary;
+mod cost;
 mod gets;
 mod host;
 mod hostile;
