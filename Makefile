@@ -4,7 +4,7 @@
 CARGO ?= cargo
 DEB_PKGS := clang llvm libelf-dev zlib1g-dev pkg-config bpftool memcached libmemcached-tools \
             iproute2 ethtool python3 python3-pymemcache python3-pylibmc util-linux procps \
-            python3-prometheus-client systemd man-db binutils xdp-tools
+            python3-prometheus-client systemd man-db binutils xdp-tools iputils-ping
 
 .PHONY: all deps build test lint demo bench check-consistency fuzz kernel-matrix clean deb pool-demo
 

@@ -325,9 +325,11 @@ __noinline int settle_udp(void)
 	return 0;
 }
 
-/* invalidate_key_x's `how`: INV_EXACT, and the META_* it records shifted by INV_META_SHIFT */
+/* invalidate_key_x's `how`: INV_EXACT, and the META_* it records shifted by INV_META_SHIFT;
+ * INV_SERVER alone: cooperative mode (inkcache_coop), the server applied the write already */
 #define INV_EXACT      1
 #define INV_META_SHIFT 1
+#define INV_SERVER     0x80000000u
 
 /* Invalidates the key at scratch.buf[off, off+len) (hash h): its item goes, its hint is recorded
  * (exp: its expiry, HINT_KEEP: unchanged, HINT_DELETE: the key is gone; the META_* in `how`), and
@@ -339,7 +341,7 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 
 	struct ink_global *g = global_state();
 	struct ink_set *set;
 	__u64 now, until;
-	__u32 tag, idx, exact = how & INV_EXACT;
+	__u32 tag, idx, exact = how & INV_EXACT, server = how & INV_SERVER;
 
 	if (invalidation_off || !g || len == 0 || len > KEY_MAX)
 		return 0;
@@ -349,10 +351,12 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 
 		return -1;
 	tag = tag_of(h);
 	/* the answer cannot pass egress before the server has this packet: pushing first is safe */
-	if (settle_off || (exact && fifo_push(idx)))
+	if (server) /* cooperative mode: the server applied the write, stable from now */
+		exact = 0;
+	else if (settle_off || (exact && fifo_push(idx)))
 		exact = 0;
 	now = bpf_ktime_get_ns();
-	until = exact ? now : now + quarantine_ns;
+	until = exact || server ? now : now + quarantine_ns;
 	bpf_spin_lock(&set->lock);
 	if (exact) {
 		if (set->gen != (__u32)g->gen) {
@@ -370,10 +374,10 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 
 			x->tag = 0;
 	}
 	bpf_spin_unlock(&set->lock);
-	hint_put(off, len, h, exp, how >> INV_META_SHIFT);
+	hint_put(off, len, h, exp, (how & ~INV_SERVER) >> INV_META_SHIFT);
 	stat_inc(ST_INVALIDATIONS);
 	stat_inc(ST_INVAL_COMMAND);
-	if (!exact)
+	if (!exact && !server)
 		stat_inc(ST_QUARANTINED);
 	return 0;
 }

@@ -23,6 +23,10 @@ const volatile __u64 netns_cookie = 0;
 /* Secret seed of the key hash, random per attach: nobody can craft keys that share an index set. */
 const volatile __u64 hash_seed = 0;
 const volatile __u64 settle_max_ns = 60000000000ULL;
+/* Cooperative mode: the server installs and invalidates (inkcache_coop.bpf.c); the socket-side
+ * programs walk no writes and fill nothing, XDP hands what it passes to the server's AF_XDP
+ * sockets if it has any (xsk.h). */
+const volatile __u32 coop_mode = 0;
 
 /* Set by the control plane before load (--max-amplification): a source outside the allowlist is
  * answered by the kernel only if the reply's UDP payload is at most this many times the

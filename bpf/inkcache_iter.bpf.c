@@ -48,7 +48,7 @@ int inkcache_iter_tcp(struct bpf_iter__tcp *ctx)
 		bpf_sk_storage_get(&server_socks, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		return 0;
 	}
-	if (state != TCP_ESTABLISHED_)
+	if (state != TCP_ESTABLISHED_ || coop_mode) /* cooperative: nothing to walk */
 		return 0;
 	if (BPF_CORE_READ(skc, skc_family) == AF_INET_) {
 		__u32 d = BPF_CORE_READ(skc, skc_daddr), l = BPF_CORE_READ(skc, skc_rcv_saddr);

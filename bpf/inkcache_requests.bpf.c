@@ -203,7 +203,7 @@ int inkcache_stream(struct __sk_buff *skb)
 	struct ink_conn *c;
 	__u32 part, binary;
 
-	if (!s || !g || skb->len == 0)
+	if (coop_mode || !s || !g || skb->len == 0) /* cooperative: the server invalidates */
 		return SK_PASS;
 	skb_conn_key(skb, s);
 	c = bpf_map_lookup_elem(&conns, &s->ws.ck);
@@ -272,8 +272,8 @@ int inkcache_udp_requests(struct __sk_buff *skb)
 	struct pkt *p;
 	__u16 port;
 
-	if (!s || (netns_cookie && bpf_get_netns_cookie(skb) != netns_cookie))
-		return 1;
+	if (coop_mode || !s || (netns_cookie && bpf_get_netns_cookie(skb) != netns_cookie))
+		return 1; /* cooperative: the server invalidates what it writes */
 	p = &s->pk;
 	if (skb_l3(skb, p) != PARSE_OK || p->proto != IPPROTO_UDP)
 		return 1;

@@ -5,7 +5,8 @@
  *    cached port is released, or a socket binds to one; both happen before a new server answers;
  *  - each TCP connection the server accepts is followed: socket ops open its state in `conns` and
  *    put it in the conn_socks sockhash, whose stream verdict (inkcache_requests.bpf.c) then walks
- *    every byte it delivers to the server; its state goes when it closes. */
+ *    every byte it delivers to the server; its state goes when it closes (not in cooperative
+ *    mode, where the server invalidates what it writes). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -118,6 +119,10 @@ int inkcache_sockops(struct bpf_sock_ops *o)
 	__u16 port;
 
 	if (o->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB && o->op != BPF_SOCK_OPS_STATE_CB)
+		return 1;
+	/* cooperative mode: the server invalidates what it writes; its connections stay off the
+	 * sockhash, so their bytes take the plain receive path (no stream parser) */
+	if (coop_mode)
 		return 1;
 	port = (__u16)o->local_port;
 	if (!bpf_map_lookup_elem(&ports, &port))

@@ -19,6 +19,7 @@
 #include "reply.h"
 #include "meta.h"
 #include "host.h"
+#include "xsk.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -270,6 +271,7 @@ int inkcache_xdp(struct xdp_md *ctx)
 	struct scratch *s = get_scratch();
 	struct pkt *p;
 	__u16 port;
+	int act;
 
 	if (!s) {
 		stat_inc(ST_ERRORS);
@@ -289,5 +291,9 @@ int inkcache_xdp(struct xdp_md *ctx)
 		stat_inc(ST_PASSED); /* TCP: walked where the server's socket receives it */
 		return XDP_PASS;
 	}
-	return handle_udp(ctx, s, p);
+	act = handle_udp(ctx, s, p);
+	/* in cooperative mode, what goes to the server goes to inkcached's AF_XDP sockets if it
+	 * has any (xsk.h); in transparent mode the server's sockets must see every request (the
+	 * socket-side programs walk its writes and fill from its answers) */
+	return act == XDP_PASS && coop_mode ? xsk_redirect(ctx) : act;
 }

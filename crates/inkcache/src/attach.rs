@@ -203,6 +203,7 @@ fn load_as<'obj>(
             ro.settle_max_ns = opts.settle_max_secs.saturating_mul(1_000_000_000);
             ro.max_amplification = opts.max_amplification;
             ro.no_split = opts.debug_no_split as u32;
+            ro.coop_mode = opts.cooperative as u32;
             ro.hash_seed = seed;
             ro.netns_cookie = netns_cookie;
         }};
@@ -576,6 +577,18 @@ fn attach_one(
         quarantine_ms: opts.quarantine_ms,
         max_conns: opts.max_conns,
         settle_max_secs: opts.settle_max_secs,
+        cooperative: opts.cooperative,
+        coop_seed: if opts.cooperative {
+            Some(
+                xskel
+                    .maps
+                    .rodata_data
+                    .context("XDP object has no rodata")?
+                    .hash_seed,
+            )
+        } else {
+            None
+        },
         group: group.to_vec(),
     };
     let pin = || -> Result<()> {

@@ -4,6 +4,7 @@
 
 pub mod abi;
 pub mod attach;
+pub mod coop;
 pub mod error;
 pub mod host;
 pub mod layout;

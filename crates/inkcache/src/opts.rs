@@ -79,6 +79,11 @@ pub struct AttachOpts {
     /// split saves).
     #[arg(long, hide = true)]
     pub debug_no_split: bool,
+    /// Cooperative mode: the server (inkcached --cooperative IFACE) installs and invalidates
+    /// entries itself; the socket-side programs walk no writes and fill nothing, and XDP hands
+    /// what it passes to inkcached's AF_XDP sockets if it has any. Only for inkcached.
+    #[arg(long)]
+    pub cooperative: bool,
     /// The key hash's seed; None: random (tests fix it to craft colliding keys).
     #[arg(skip)]
     pub hash_seed: Option<u64>,

@@ -26,6 +26,10 @@ pub const MAPS: &[&str] = &[
     "global",
     "ifaces",
     "meta",
+    // the AF_XDP hand-off to inkcached (bpf/xsk.h)
+    "xsks",
+    "xsk_cfg",
+    "xsk_dsts",
 ];
 
 /// What `attach` did to one interface; stored as JSON in the pinned `meta` map.
@@ -86,6 +90,13 @@ pub struct AttachInfo {
     pub settle_max_secs: u64,
     /// Interfaces attached by the same command: they share the cache and the counters.
     pub group: Vec<String>,
+    /// Cooperative mode (the server installs and invalidates entries itself).
+    #[serde(default)]
+    pub cooperative: bool,
+    /// Cooperative mode only: the key hash's secret seed, for the server's own program (see
+    /// crate::coop). Stored with the pins (root only); `status` leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coop_seed: Option<u64>,
 }
 
 /// Whether `info` was attached in the network namespace the calling thread runs in.

@@ -22,6 +22,10 @@ pub mod tc_ingress {
 pub mod sock {
     include!(concat!(env!("OUT_DIR"), "/inkcache_sock.skel.rs"));
 }
+/// Cooperative mode's batch program (`bpf/inkcache_coop.bpf.c`).
+pub mod coop {
+    include!(concat!(env!("OUT_DIR"), "/inkcache_coop.skel.rs"));
+}
 pub mod pass {
     include!(concat!(env!("OUT_DIR"), "/inkcache_pass.skel.rs"));
 }

@@ -112,7 +112,8 @@ pub fn rows(all_netns: bool) -> Result<Vec<StatusRow>> {
     sys::require_root()?;
     sys::ensure_bpffs()?;
     let mut rows = Vec::new();
-    for (dir, info) in records()? {
+    for (dir, mut info) in records()? {
+        info.coop_seed = None; // a secret
         let here = pins::in_this_netns(&info);
         if !here && !all_netns {
             continue;

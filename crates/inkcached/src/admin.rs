@@ -384,6 +384,21 @@ fn general(sh: &Shared, out: &mut Vec<u8>) {
         &sum(|c| c.crawler_items_checked),
     );
     s(out, "store_shards", &store.shard_count());
+    // inkcached's own: the kernel-bypass options (bypass.rs)
+    for name in [
+        C::afxdp_rx_packets,
+        C::afxdp_tx_packets,
+        C::afxdp_dropped,
+        C::steer_owned,
+        C::steer_foreign,
+        C::coop_installs,
+        C::coop_invalidations,
+        C::coop_flushes,
+        C::coop_calls,
+        C::coop_errors,
+    ] {
+        s(out, stats::NAMES[name as usize], &v(name));
+    }
     stats::extstore(out, store);
 }
 

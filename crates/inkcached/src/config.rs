@@ -112,6 +112,8 @@ pub struct Config {
     pub ext_opts: Vec<(String, Option<String>)>,
     /// Options accepted that have nothing to act on in inkcached (logged with `-v`).
     pub inert: Vec<String>,
+    /// inkcached's own kernel-bypass options (`--afxdp`, `--steer`, ...: bypass.rs).
+    pub bypass: crate::bypass::Opts,
 }
 
 impl Default for Config {
@@ -179,6 +181,7 @@ impl Default for Config {
             read_buf_mem_limit: 0,
             ext_opts: Vec::new(),
             inert: Vec::new(),
+            bypass: Default::default(),
         }
     }
 }
@@ -289,6 +292,9 @@ const EXT_LONG: &[&str] = &[
     "item-age",
 ];
 
+/// The pseudo option getopt returns for inkcached's own long options: "name\0value".
+const BYPASS: char = '\u{1}';
+
 /// getopt_long over `args` (without the program name): (option, value) pairs, or getopt's
 /// complaint (which memcached follows with `Illegal argument "?"`).
 fn getopt(prog: &str, args: &[String]) -> Result<Vec<(char, Option<String>)>, Refusal> {
@@ -321,6 +327,27 @@ fn getopt(prog: &str, args: &[String]) -> Result<Vec<(char, Option<String>)>, Re
             }
         }
         if let Some(l) = a.strip_prefix("--") {
+            // inkcached's own options (exact names only: no prefix of memcached's is taken)
+            let (name, val) = match l.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (l, None),
+            };
+            if let Some(&(_, arg)) = crate::bypass::LONG.iter().find(|o| o.0 == name) {
+                let v = match (arg, val) {
+                    (false, None) => None,
+                    (false, Some(_)) => {
+                        return bad(format!("option '--{name}' doesn't allow an argument"))
+                    }
+                    (true, Some(v)) => Some(v),
+                    (true, None) if i < args.len() => {
+                        i += 1;
+                        Some(args[i - 1].clone())
+                    }
+                    (true, None) => return bad(format!("option '--{name}' requires an argument")),
+                };
+                out.push((BYPASS, Some(format!("{name}\0{}", v.unwrap_or_default()))));
+                continue;
+            }
             let (name, val) = match l.split_once('=') {
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (l, None),
@@ -397,6 +424,11 @@ pub fn parse(args: &[String]) -> Result<Action, Refusal> {
     for (opt, val) in getopt(&c.prog, &args[1.min(args.len())..])? {
         let v = val.unwrap_or_default();
         match opt {
+            BYPASS => {
+                let (name, val) = v.split_once('\0').unwrap_or((&v, ""));
+                let has = crate::bypass::LONG.iter().any(|o| o.0 == name && o.1);
+                c.bypass.set(name, has.then(|| val.to_string()));
+            }
             'A' => c.shutdown_enabled = true,
             'Z' => return refuse(EX_USAGE, "This server is not built with TLS support."),
             'a' => c.unix_mask = u32::from_str_radix(octal_prefix(&v), 8).unwrap_or(0),

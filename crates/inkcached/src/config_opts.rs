@@ -411,6 +411,8 @@ pub(super) fn usage(c: &Config) -> String {
         d.reqs_per_event,
         d.backlog,
     );
+    u.push_str("inkcached's kernel-bypass options (see README):\n");
+    u.push_str(crate::bypass::Opts::USAGE);
     let _ = c;
     u
 }
@@ -461,6 +463,24 @@ mod tests {
             Some("a,b")
         );
         assert_eq!(run("-I 2m").unwrap().item_size_max, 2 << 20);
+    }
+
+    #[test]
+    fn bypass_options() {
+        let c = run("--afxdp=eth0 -t 2 --steer --cooperative eth1 -U 5").unwrap();
+        assert_eq!(c.bypass.afxdp.as_deref(), Some("eth0"));
+        assert_eq!(c.bypass.cooperative.as_deref(), Some("eth1"));
+        assert!(c.bypass.steer && c.bypass.steer_cpumap.is_none());
+        assert_eq!((c.threads, c.udp_port), (2, 5));
+        assert_eq!(
+            run("--steer-cpumap veth0").unwrap().bypass.steer_cpumap,
+            Some("veth0".into())
+        );
+        assert!(run("--steer=1").is_err());
+        assert!(run("--afxdp").is_err());
+        // exact names only: a prefix is not taken for them
+        assert!(run("--ste").is_err());
+        assert!(!run("-v").unwrap().bypass.steer);
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! inkcached: a memcached-compatible server. See README.md.
 
 mod admin;
+mod afxdp;
 mod auth;
 mod binexec;
+mod bypass;
 mod config;
 mod conns;
+mod coop;
 mod exec;
 mod ext;
 mod meta;
@@ -12,6 +15,7 @@ mod net;
 mod session;
 mod slabs;
 mod stats;
+mod steer;
 mod store;
 mod watch;
 
@@ -149,7 +153,7 @@ fn bind_all(
             let mut bound = 0;
             let mut last_err = None;
             for a in addrs {
-                match net::bind_group(a, tcp, n, cfg.backlog) {
+                match net::bind_group(a, tcp, n) {
                     Ok(v) => {
                         let real = v[0]
                             .local_addr()
@@ -408,6 +412,7 @@ fn run(cfg: Config) -> Result<(), Fatal> {
         .map(|_| net::WorkerSockets {
             tcp: Vec::new(),
             udp: Vec::new(),
+            xsk: Vec::new(),
             unix: None,
         })
         .collect();
@@ -435,6 +440,30 @@ fn run(cfg: Config) -> Result<(), Fatal> {
             "Maxconns setting is too low, use -c to increase.".into(),
         ));
     }
+    // the kernel-bypass options, on the bound UDP sockets (their addresses and port)
+    let mut udp_addrs: Vec<IpAddr> = Vec::new();
+    let mut udp_port = 0;
+    for s in per_worker.first().map_or(&[][..], |p| &p.udp[..]) {
+        if let Some(a) = s.local_addr().ok().and_then(|a| a.as_socket()) {
+            udp_port = a.port();
+            if !udp_addrs.contains(&a.ip()) {
+                udp_addrs.push(a.ip());
+            }
+        }
+    }
+    let bypass = bypass::setup(
+        &cfg.bypass,
+        n,
+        udp_port,
+        &udp_addrs,
+        &mut per_worker,
+        cfg.verbose > 0,
+    )
+    .map_err(|e| Fatal(EX_OSERR, format!("inkcached: {e:#}")))?;
+    net::PIN_WORKERS.store(bypass.pin_workers, Ordering::Relaxed);
+    // TCP last: a client takes an accepted connection for "ready"
+    net::listen(&per_worker, cfg.backlog)
+        .map_err(|e| Fatal(EX_OSERR, format!("inkcached: {e:#}")))?;
     if let Some(p) = &cfg.pid_file {
         save_pid(p);
     }
@@ -560,6 +589,7 @@ fn run(cfg: Config) -> Result<(), Fatal> {
     for h in handles {
         let _ = h.join();
     }
+    drop(bypass);
     if cfg.daemonize {
         if let Some(p) = &cfg.pid_file {
             let _ = std::fs::remove_file(p);

@@ -42,6 +42,8 @@ const PARK_BASE: usize = usize::MAX / 2;
 const MAX_PARKED: usize = 4096;
 /// Tokens below this are listeners and UDP sockets; connections start here.
 const CONN_BASE: usize = 1 << 16;
+/// AF_XDP sockets' tokens start here (below CONN_BASE, above listeners and UDP sockets).
+const XSK_BASE: usize = 1 << 15;
 /// Stop executing requests of a connection while this much output waits to be sent.
 const WBUF_HIGH: usize = 4 << 20;
 /// Reads per connection per turn before yielding to others.
@@ -52,7 +54,7 @@ const DGRAMS_PER_TURN: usize = 64;
 
 /// Binds one socket per worker on `addr` with SO_REUSEPORT, after checking that no other process
 /// holds the port (a reuseport group would otherwise silently share it).
-pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize, backlog: i32) -> Result<Vec<Socket>> {
+pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize) -> Result<Vec<Socket>> {
     let what = if tcp { "TCP" } else { "UDP" };
     let ctx = move || format!("failed to listen on {what} {addr}");
     let mut bind_to = addr;
@@ -89,7 +91,7 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize, backlog: i32) -> Result
             }
         }
         if tcp {
-            s.listen(backlog).with_context(ctx)?;
+            // listen() comes later (see `listen`), when everything else is ready
         } else {
             let _ = s.set_recv_buffer_size(4 << 20);
             let _ = s.set_send_buffer_size(4 << 20);
@@ -112,6 +114,20 @@ pub fn bind_group(addr: SocketAddr, tcp: bool, n: usize, backlog: i32) -> Result
     Ok(out)
 }
 
+/// Starts listening on every TCP socket: the last step of start-up, since a client (or a test)
+/// takes an accepted connection for "ready", UDP (and the AF_XDP path) included.
+pub fn listen(per_worker: &[WorkerSockets], backlog: i32) -> Result<()> {
+    for p in per_worker {
+        for (s, _) in &p.tcp {
+            s.listen(backlog).context("failed to listen on TCP")?;
+        }
+    }
+    Ok(())
+}
+
+/// Worker w runs on CPU w (`--steer-cpumap`).
+pub static PIN_WORKERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The sockets one worker serves.
 pub struct WorkerSockets {
     /// TCP listeners with the protocol each speaks (`-B`, or `proto[...]` in `-l`).
@@ -119,6 +135,8 @@ pub struct WorkerSockets {
     pub udp: Vec<Socket>,
     /// The unix socket listener (`-s`), shared by every worker.
     pub unix: Option<(std::os::unix::net::UnixListener, String)>,
+    /// AF_XDP sockets (`--afxdp`), see afxdp.rs.
+    pub xsk: Vec<crate::afxdp::XskSocket>,
 }
 
 /// Datagrams received (and answered) per `recvmmsg`/`sendmmsg` round.
@@ -428,14 +446,13 @@ fn addr_bytes(a: &libc::sockaddr_storage, len: libc::socklen_t) -> &[u8] {
     unsafe { std::slice::from_raw_parts((a as *const libc::sockaddr_storage).cast::<u8>(), n) }
 }
 
-/// Executes the requests of one datagram, appending the answer to `out`.
 /// Executes the requests of one datagram from `pos` on, appending the answer to `out`. Each
 /// binary answer is a reply message of its own, as memcached sends them; the text answers of a
 /// datagram go out as one message. `ends` gets the end of every message in `out`. If a request
 /// must wait for flash reads, returns its ticket and position (its answer and the following
 /// ones are not in `out`).
 #[allow(clippy::too_many_arguments)]
-fn execute_datagram(
+pub(crate) fn execute_datagram(
     sh: &Arc<Shared>,
     w: usize,
     limits: &Limits,
@@ -446,6 +463,9 @@ fn execute_datagram(
     ends: &mut Vec<usize>,
 ) -> Option<(Ticket, usize)> {
     let n = dgram.len();
+    if resume.is_none() {
+        count_owner(sh, w, &dgram[HEADER_LEN.min(n)..]);
+    }
     // every request of a datagram speaks the protocol of its first byte
     let mut session = Session::udp();
     if n > HEADER_LEN {
@@ -492,6 +512,20 @@ fn execute_datagram(
         extio::release(t);
     }
     None
+}
+
+/// Counts whether worker `w` owns the request's first key (steer.rs), with or without steering.
+fn count_owner(sh: &Shared, w: usize, req: &[u8]) {
+    let n = sh.workers.len();
+    if n > 1 {
+        if let Some(o) = crate::steer::owner(req, n) {
+            sh.workers[w].inc(if o == w {
+                C::steer_owned
+            } else {
+                C::steer_foreign
+            });
+        }
+    }
 }
 
 /// A UDP datagram whose requests wait for flash reads.
@@ -566,6 +600,7 @@ fn resume_udp(
             parked.park(p);
         }
         None => {
+            crate::coop::commit(sh, w);
             let sent = send_reply(
                 udps[p.sock].as_raw_fd(),
                 &p.addr,
@@ -721,6 +756,8 @@ fn serve_udp(
                 }
             }
         }
+        // cooperative mode: the kernel cache before the answers (coop.rs)
+        crate::coop::commit(sh, w);
         let sent = b.send(fd, n);
         st.add(C::bytes_written, sent);
         if b.out.capacity() > 4 << 20 {
@@ -731,6 +768,35 @@ fn serve_udp(
         }
     }
     true
+}
+
+/// Closes connection `idx` of a worker.
+fn close_conn(
+    idx: usize,
+    conns: &mut [Option<Conn>],
+    free: &mut Vec<usize>,
+    registry: &mio::Registry,
+    sh: &Shared,
+    w: usize,
+) {
+    let Some(mut c) = conns[idx].take() else {
+        return;
+    };
+    if let Some(t) = c.wait {
+        extio::cancel(t);
+    }
+    let fd = c.sock.fd();
+    let _ = registry.deregister(c.sock.source());
+    let peer = sh.conns.remove(fd).unwrap_or_default();
+    crate::watch::conn_event(false, &peer, fd);
+    if c.watch.is_some() {
+        crate::watch::WATCH.remove(c.session.ctx.id);
+    }
+    free.push(idx);
+    sh.workers[w].atomic_add(C::curr_connections, -1);
+    if sh.rt.verbosity.load(Ordering::Relaxed) > 1 {
+        eprintln!("<{fd} connection closed.");
+    }
 }
 
 /// Runs worker `w` until shutdown.
@@ -782,6 +848,27 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
         );
         udps.push(u);
     }
+    let mut xsks = socks.xsk;
+    for (i, x) in xsks.iter().enumerate() {
+        registry.register(
+            &mut mio::unix::SourceFd(&x.as_raw_fd()),
+            Token(XSK_BASE + i),
+            Interest::READABLE,
+        )?;
+    }
+    crate::coop::init_worker(w);
+    if PIN_WORKERS.load(Ordering::Relaxed) {
+        // SAFETY: cpu_set_t is plain old data; CPU_SET writes within it; the call only reads
+        // the set (pid 0: this thread).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(w, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+    let mut unused = Vec::new();
+    // cooperative mode: connections whose answers wait for the round's commit
+    let mut unsent: Vec<usize> = Vec::new();
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut pending: Vec<Token> = Vec::new();
@@ -799,8 +886,16 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
 
     while !sh.shutdown.load(Ordering::Relaxed) {
         extio::submit_pending();
+        // sent AF_XDP frames come back, the fill rings stay topped up
+        for x in xsks.iter_mut() {
+            x.recycle(&mut unused);
+        }
         let timeout = if pending.is_empty() {
-            Some(Duration::from_millis(if paused { 10 } else { 500 }))
+            Some(Duration::from_millis(if paused || !xsks.is_empty() {
+                10
+            } else {
+                500
+            }))
         } else {
             Some(Duration::ZERO)
         };
@@ -920,6 +1015,10 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                         }
                     }
                 }
+            } else if (XSK_BASE..CONN_BASE).contains(&t) {
+                if xsks[t - XSK_BASE].serve(&sh, w, &limits) {
+                    pending.push(tok);
+                }
             } else if t < CONN_BASE {
                 let i = t - udp_base;
                 let more = serve_udp((&udps[i], i), &sh, w, &limits, &mut ubatch, &mut parked);
@@ -936,30 +1035,30 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                 } else {
                     c.drive(&sh, w, &limits, tok)
                 };
+                if status != Status::Close && c.held() {
+                    unsent.push(idx);
+                }
                 match status {
                     Status::Idle => {}
                     Status::More => pending.push(tok),
                     Status::Close => {
-                        let mut c = conns[idx].take().unwrap();
-                        if let Some(t) = c.wait {
-                            extio::cancel(t);
-                        }
-                        let fd = c.sock.fd();
-                        let _ = registry.deregister(c.sock.source());
-                        let peer = sh.conns.remove(fd).unwrap_or_default();
-                        crate::watch::conn_event(false, &peer, fd);
-                        if c.watch.is_some() {
-                            crate::watch::WATCH.remove(c.session.ctx.id);
-                        }
-                        free.push(idx);
-                        st.atomic_add(C::curr_connections, -1);
-                        if verbose() > 1 {
-                            eprintln!("<{fd} connection closed.");
-                        }
+                        close_conn(idx, &mut conns, &mut free, &registry, &sh, w);
                         if paused {
                             pending.extend((0..udp_base).map(Token));
                         }
                     }
+                }
+            }
+        }
+        // Cooperative mode: one commit for the round's TCP requests, then their answers.
+        if !unsent.is_empty() {
+            crate::coop::commit(&sh, w);
+            for idx in unsent.drain(..) {
+                let Some(Some(c)) = conns.get_mut(idx) else {
+                    continue;
+                };
+                if c.release(&sh, w) == Status::Close {
+                    close_conn(idx, &mut conns, &mut free, &registry, &sh, w);
                 }
             }
         }

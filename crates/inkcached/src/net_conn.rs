@@ -52,6 +52,10 @@ pub(super) struct Conn {
     pub(super) rend: usize,
     pub(super) wbuf: Vec<u8>,
     pub(super) wpos: usize,
+    /// In cooperative mode only wbuf[..safe] may be written: answers wait until the kernel
+    /// cache operations of their requests are committed (once per event-loop round, see
+    /// run_worker, or at once before the connection closes).
+    pub(super) safe: usize,
     pub(super) swallow: usize,
     pub(super) closing: bool,
     /// Close after writing only what was flushed (`keep`).
@@ -90,6 +94,7 @@ impl Conn {
             rend: 0,
             wbuf: Vec::new(),
             wpos: 0,
+            safe: 0,
             swallow: 0,
             closing: false,
             dropping: false,
@@ -105,6 +110,28 @@ impl Conn {
 
     fn backlog(&self) -> usize {
         self.wbuf.len() - self.wpos
+    }
+
+    /// True if output waits for a cooperative-mode commit.
+    pub(super) fn held(&self) -> bool {
+        crate::coop::enabled() && self.safe < self.wbuf.len()
+    }
+
+    /// After the worker's commit: writes what waited for it.
+    pub(super) fn release(&mut self, sh: &Shared, w: usize) -> Status {
+        self.safe = self.wbuf.len();
+        if self.flush(sh, w).is_err() || (self.closing && self.backlog() == 0) {
+            return Status::Close;
+        }
+        Status::Idle
+    }
+
+    /// Commits now what waits (before the connection closes).
+    fn commit_now(&mut self, sh: &Shared, w: usize) {
+        if self.held() {
+            crate::coop::commit(sh, w);
+            self.safe = self.wbuf.len();
+        }
     }
 
     /// Executes the complete requests in the read buffer, at most `-R` of them; true if it
@@ -245,8 +272,13 @@ impl Conn {
 
     /// Writes pending output; Err on a dead connection.
     fn flush(&mut self, sh: &Shared, w: usize) -> std::io::Result<()> {
-        while self.wpos < self.wbuf.len() {
-            match self.sock.write(&self.wbuf[self.wpos..]) {
+        let end = if crate::coop::enabled() {
+            self.safe.min(self.wbuf.len())
+        } else {
+            self.wbuf.len()
+        };
+        while self.wpos < end {
+            match self.sock.write(&self.wbuf[self.wpos..end]) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.wpos += n;
@@ -257,9 +289,13 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
+        if self.wpos < self.wbuf.len() {
+            return Ok(()); // the rest waits for its commit
+        }
         self.wbuf.clear();
         self.wpos = 0;
         self.keep = 0;
+        self.safe = 0;
         if self.wbuf.capacity() > 1 << 20 {
             self.wbuf = Vec::new();
         }
@@ -277,6 +313,7 @@ impl Conn {
         loop {
             let yielded = self.process(sh, w, limits, tok);
             if self.dropping {
+                self.commit_now(sh, w);
                 let _ = self.flush(sh, w);
                 return Status::Close;
             }
@@ -319,7 +356,12 @@ impl Conn {
                 self.rbuf.resize(self.rbuf.len() + grow, 0);
             }
             match self.sock.read(&mut self.rbuf[self.rend..]) {
-                Ok(0) => return Status::Close,
+                Ok(0) => {
+                    // the peer is done sending: what it was answered still goes out
+                    self.commit_now(sh, w);
+                    let _ = self.flush(sh, w);
+                    return Status::Close;
+                }
                 Ok(n) => {
                     self.rend += n;
                     self.paused = false;

@@ -101,22 +101,29 @@ impl Session {
             };
         }
         if self.proto == Proto::Binary {
+            let note = crate::coop::note_binary(buf);
             return match binexec::step(sh, w, limits, buf, out) {
                 binexec::Step::NeedMore => Step::NeedMore,
                 binexec::Step::Done {
                     used,
                     swallow,
                     next,
-                } => Step::Done {
-                    used,
-                    swallow,
-                    next,
-                },
+                } => {
+                    crate::coop::apply(sh, w, note);
+                    Step::Done {
+                        used,
+                        swallow,
+                        next,
+                    }
+                }
             };
         }
         match parse_request_with(buf, limits) {
             Ok(Some((req, used))) => {
+                // cooperative mode: what the kernel cache needs once it is executed (coop.rs)
+                let note = crate::coop::note(&req);
                 let next = exec::execute(sh, w, &mut self.ctx, req, out);
+                crate::coop::apply(sh, w, note);
                 Step::Done {
                     used,
                     swallow: 0,
@@ -133,6 +140,7 @@ impl Session {
                     };
                 }
                 exec::parse_error(sh, w, buf, &e, out);
+                crate::coop::parse_error(sh, w, buf, &e);
                 Step::Done {
                     used: e.consumed,
                     swallow: e.swallow,

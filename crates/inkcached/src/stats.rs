@@ -48,6 +48,17 @@ counters!(
     conn_yields,
     idle_kicks,
     listen_disabled_num,
+    // AF_XDP path, key steering and cooperative mode (afxdp.rs, steer.rs, coop.rs)
+    afxdp_rx_packets,
+    afxdp_tx_packets,
+    afxdp_dropped,
+    steer_owned,
+    steer_foreign,
+    coop_installs,
+    coop_invalidations,
+    coop_flushes,
+    coop_calls,
+    coop_errors,
 );
 
 /// The counters of one worker.
