@@ -6,6 +6,9 @@
 //! would answer and how to resynchronise (bytes to drop from the buffer, bytes still to swallow
 //! from the stream, or close the connection).
 //!
+//! Long file: one parser for the text and meta request grammars; their tokenizer, number rules
+//! and error answers are shared and must stay together to match proto_text.c rule for rule.
+//!
 //! Token rules follow memcached 1.6 (`proto_text.c`): a line ends at `\n` (an `\r` before it is
 //! dropped), tokens are separated by one or more spaces, at most 23 tokens are looked at (get-like
 //! commands take any number of keys), numbers as [`crate::num`] parses them. Commands are told
