@@ -57,11 +57,6 @@ const GATKQ: u8 = 0x24;
 /// An absolute exptime long past (1970 + 30 days + 1 s): memcached expires the item at once.
 const PAST: u32 = 2_592_001;
 
-/// Every server here speaks the binary protocol (inkcached as well, since issue 15).
-fn memcached_only() -> bool {
-    true
-}
-
 /// One binary request: header, extras, key, value.
 fn req(op: u8, key: &str, extras: &[u8], value: &[u8], cas: u64) -> Vec<u8> {
     let key = key.as_bytes();
@@ -276,9 +271,6 @@ fn assert_precise(rig: &Rig, before: &Counters, mutations: usize, bystander: &st
 /// counted as a key invalidation, nothing voided, and an unrelated key still cached.
 #[test]
 fn binary_mutations_from_a_real_client_over_tcp() {
-    if !memcached_only() {
-        return;
-    }
     let rig = Rig::attached(&[]).unwrap();
     let cases: &[(&str, &str, &str)] = &[
         // (what, initial value, operation with K for the key)
@@ -382,9 +374,6 @@ fn pipeline(fam: &str) -> (Vec<u8>, Vec<(String, &'static str, &'static str)>) {
 /// The pipeline above over TCP and UDP, IPv4 and IPv6: every key invalidated, nothing voided.
 #[test]
 fn pipelined_binary_mutations_in_one_segment_or_datagram() {
-    if !memcached_only() {
-        return;
-    }
     let rig = Rig::attached(&[]).unwrap();
     let transports = [
         ("tcp4", rig.server_addr(), false),
@@ -422,9 +411,6 @@ fn pipelined_binary_mutations_in_one_segment_or_datagram() {
 /// first, a middle and the last key are invalidated, nothing is voided.
 #[test]
 fn a_full_segment_of_pipelined_requests_is_walked() {
-    if !memcached_only() {
-        return;
-    }
     let rig = Rig::attached(&[]).unwrap();
     for (n, udp) in [false, true].into_iter().enumerate() {
         let key = |i: usize| format!("m{n}{i:02}");
@@ -472,9 +458,6 @@ fn a_full_segment_of_pipelined_requests_is_walked() {
 /// answered by the kernel, even for a cached key: memcached answers it.
 #[test]
 fn binary_mutations_over_udp() {
-    if !memcached_only() {
-        return;
-    }
     let rig = Rig::attached(&[]).unwrap();
     let dir = std::env::temp_dir().join(testkit::unique("ikbin"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -636,9 +619,6 @@ fn binary_mutations_over_udp() {
 /// over TCP (pylibmc flush_all) and from frames over UDP.
 #[test]
 fn binary_flush_now_and_with_delay() {
-    if !memcached_only() {
-        return;
-    }
     let rig = Rig::attached(&[]).unwrap();
     type Flush<'a> = (&'a str, Box<dyn Fn(&Rig, u32)>);
     let via: Vec<Flush> = vec![
@@ -735,9 +715,6 @@ fn binary_flush_now_and_with_delay() {
 /// which voids everything); a key cut by the segment end voids everything at once.
 #[test]
 fn binary_request_split_across_segments() {
-    if !memcached_only() {
-        return;
-    }
     let rig = Rig::attached(&[]).unwrap();
     let addr = rig.server_addr();
     cache_all(
@@ -809,9 +786,6 @@ fn binary_request_split_across_segments() {
 /// cached key stays a kernel hit with memcached's own value, over TCP and UDP.
 #[test]
 fn binary_junk_changes_nothing() {
-    if !memcached_only() {
-        return;
-    }
     let rig = Rig::attached(&[]).unwrap();
     let mut bad_lengths = req(SET, "bj", &[0; 8], b"", 0);
     bad_lengths[2..4].copy_from_slice(&0xffffu16.to_be_bytes()); // key longer than the body
@@ -878,9 +852,6 @@ fn binary_junk_changes_nothing() {
 /// them, the kernel must not answer them.
 #[test]
 fn expiry_learned_from_binary_mutations() {
-    if !memcached_only() {
-        return;
-    }
     let rig = Rig::attached(&[]).unwrap();
     let addr = rig.server_addr();
     cache_all(&rig, &[("bxtouch".into(), "t"), ("bxgat".into(), "g")]);
@@ -904,9 +875,6 @@ fn expiry_learned_from_binary_mutations() {
 /// command, quiet variants, pipelines), and its mutations are parsed key by key.
 #[test]
 fn memccapable_binary_passes_through_the_kernel_cache() {
-    if !memcached_only() {
-        return;
-    }
     let rig = Rig::attached(&[]).unwrap();
     let before = counters(&rig);
     let out = rig

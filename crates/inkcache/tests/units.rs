@@ -30,12 +30,10 @@ fn bin_dir() -> Option<PathBuf> {
     {
         return Some(dir);
     }
-    assert!(
-        std::env::var("CI").is_err(),
-        "binaries not built in {}",
+    testkit::skip(format!(
+        "binaries not built in {} (make build)",
         dir.display()
-    );
-    eprintln!("SKIP: build the binaries first (make build)");
+    ));
     None
 }
 
@@ -45,11 +43,7 @@ fn have(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        assert!(
-            std::env::var("CI").is_err(),
-            "{tool} missing (make deps installs it)"
-        );
-        eprintln!("SKIP: {tool} missing (make deps installs it)");
+        testkit::skip(format!("{tool} missing (make deps installs it)"));
     }
     ok
 }
