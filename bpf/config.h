@@ -34,5 +34,8 @@ const volatile __u32 coop_mode = 0;
 const volatile __u32 max_amplification = 0;
 
 const volatile __u32 no_split = 0; /* debug: partly missing multi-key gets pass whole */
+/* measurement only (the per-stage cost of a hit, crates/inkcache/tests/unit/cost.rs): XDP passes
+ * a get after stage N of its path (STAGE_*); 0, in production, removes every check at load */
+const volatile __u32 stop_stage = 0;
 
 #endif

@@ -23,6 +23,19 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* The stages of a hit, for measuring their cost (config.h's stop_stage). */
+#define STAGE_PARSED   1  /* Ethernet, IP, UDP parsed; the port is a server's */
+#define STAGE_LOADED   2  /* the frame header checked, the request copied to scratch */
+#define STAGE_HOST     3  /* the host would deliver it (host.h) */
+#define STAGE_KEYS     4  /* the keys found and hashed */
+#define STAGE_BOUND    5  /* global state, allowlist and amplification bound */
+#define STAGE_COMPOSED 6  /* every key looked up, the reply composed in scratch */
+#define STAGE(n)                                                                                   \
+	do {                                                                                       \
+		if (stop_stage == (n))                                                             \
+			return XDP_PASS;                                                           \
+	} while (0)
+
 /* What XDP learned of each interface's frames (per CPU, slot ifindex % 64): the smallest growth
  * a frame could not take. A reply needing as much goes to TC ingress without being composed here
  * first. Forgotten after a second, so one odd frame cannot send replies the slow way for long. */
@@ -153,6 +166,8 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 	__u64 now = bpf_ktime_get_ns(); /* one clock read for every key of the request */
 	__u32 bound, limit;
 
+	STAGE(STAGE_KEYS);
+
 	if (n <= 0 || p->ip_opts) {
 		stat_inc(ST_PASSED); /* not in the form the kernel answers: the server decides */
 		if (n > 0)
@@ -172,6 +187,7 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		remember_request(p, req_id);
 		return XDP_PASS;
 	}
+	STAGE(STAGE_BOUND);
 	limit = frame_room(ctx, p, now);
 	out = compose_reply(n, req_id, want_cas, limit < bound ? limit : bound, now);
 	if (out < 0) {
@@ -187,6 +203,7 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		/* known not to fit: not even composed */
 		return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 	}
+	STAGE(STAGE_COMPOSED);
 	r = build_reply(ctx, s, p, out);
 	if (r == 0) {
 		stat_inc(ST_HITS);
@@ -250,9 +267,13 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 		stat_inc(ST_ERRORS);
 		return XDP_PASS;
 	}
-	if (plen >= 7 && buf_eq(s, 0, "get ", 4))
-		return host_delivers(ctx, s, p, plen, fsum) ? handle_get(ctx, s, p, plen, req_id, 0)
-						      : XDP_PASS;
+	STAGE(STAGE_LOADED);
+	if (plen >= 7 && buf_eq(s, 0, "get ", 4)) {
+		if (!host_delivers(ctx, s, p, plen, fsum))
+			return XDP_PASS;
+		STAGE(STAGE_HOST);
+		return handle_get(ctx, s, p, plen, req_id, 0);
+	}
 	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
 		return host_delivers(ctx, s, p, plen, fsum) ? handle_get(ctx, s, p, plen, req_id, 1)
 						      : XDP_PASS;
@@ -291,6 +312,7 @@ int inkcache_xdp(struct xdp_md *ctx)
 		stat_inc(ST_PASSED); /* TCP: walked where the server's socket receives it */
 		return XDP_PASS;
 	}
+	STAGE(STAGE_PARSED);
 	act = handle_udp(ctx, s, p);
 	/* in cooperative mode, what goes to the server goes to inkcached's AF_XDP sockets if it
 	 * has any (xsk.h); in transparent mode the server's sockets must see every request (the

@@ -203,6 +203,7 @@ fn load_as<'obj>(
             ro.settle_max_ns = opts.settle_max_secs.saturating_mul(1_000_000_000);
             ro.max_amplification = opts.max_amplification;
             ro.no_split = opts.debug_no_split as u32;
+            ro.stop_stage = opts.debug_stop_stage;
             ro.coop_mode = opts.cooperative as u32;
             ro.hash_seed = seed;
             ro.netns_cookie = netns_cookie;

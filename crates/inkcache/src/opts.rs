@@ -87,6 +87,10 @@ pub struct AttachOpts {
     /// The key hash's seed; None: random (tests fix it to craft colliding keys).
     #[arg(skip)]
     pub hash_seed: Option<u64>,
+    /// Measurement only: XDP passes a get after this stage of its path (bpf/inkcache_xdp.bpf.c
+    /// STAGE_*); 0: never.
+    #[arg(skip)]
+    pub debug_stop_stage: u32,
 }
 
 impl Default for AttachOpts {

@@ -43,7 +43,15 @@ static FX: OnceLock<Mutex<Fx>> = OnceLock::new();
 
 /// The fixture, locked and reset (every test starts from an empty cache).
 pub fn fx() -> MutexGuard<'static, Fx> {
-    let m = FX.get_or_init(|| {
+    let m = FX.get_or_init(|| Mutex::new(Fx::load(0)));
+    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+    g.reset();
+    g
+}
+
+impl Fx {
+    /// The programs loaded anew (`stop_stage`: see AttachOpts::debug_stop_stage), reset.
+    pub fn load(stop_stage: u32) -> Fx {
         let opts = AttachOpts {
             cache_mb: 1,
             quarantine_ms: QUARANTINE_MS,
@@ -52,6 +60,7 @@ pub fn fx() -> MutexGuard<'static, Fx> {
             ttl_hints: 1024,
             max_age_secs: 60,
             hash_seed: Some(HASH_SEED),
+            debug_stop_stage: stop_stage,
             ..AttachOpts::default()
         };
         let allow = [
@@ -66,11 +75,10 @@ pub fn fx() -> MutexGuard<'static, Fx> {
             .inkcache_stream
             .attach_sockmap(l.xdp.maps.conn_socks.as_fd().as_raw_fd())
             .expect("attaching the stream verdict to conn_socks");
-        Mutex::new(Fx { l })
-    });
-    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-    g.reset();
-    g
+        let mut f = Fx { l };
+        f.reset();
+        f
+    }
 }
 
 fn clear_hash(m: &dyn MapCore) {
