@@ -109,11 +109,17 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 			return -1;
 		if (delta > 512)
 			return delta;
-		if (bpf_xdp_load_bytes(ctx, 0, s->hdr, mc_off))
+		/* mc_off is 42..120 (checked above); restated here, where older verifiers (6.1) have
+		 * lost the bound through a spill */
+		__u32 hl = mc_off;
+		barrier_var(hl);
+		if (hl < 42 || hl > 120)
+			return -1;
+		if (bpf_xdp_load_bytes(ctx, 0, s->hdr, hl))
 			return -1;
 		if (bpf_xdp_adjust_head(ctx, -delta))
 			return delta;
-		if (bpf_xdp_store_bytes(ctx, 0, s->hdr, mc_off))
+		if (bpf_xdp_store_bytes(ctx, 0, s->hdr, hl))
 			return -1; /* cannot happen: the head just grew by delta */
 	}
 	/* out_len is 8..1400 (checked above); restate it so the verifier sees the bound */
