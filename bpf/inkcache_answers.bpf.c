@@ -229,7 +229,7 @@ __noinline int egress_stream(struct __sk_buff *skb, __u32 payload_off, __u32 ple
 		if (n > CHUNK)
 			n = CHUNK;
 		barrier_var(n);
-		if (n == 0 || n > CHUNK)
+		if ((__s64)n <= 0 || n > CHUNK) /* signed: older verifiers learn no lower bound from != 0 */
 			goto release_lost;
 		part &= 511;
 		if (bpf_skb_load_bytes(skb, payload_off + off, &s->buf[part], n))

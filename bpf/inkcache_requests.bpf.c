@@ -76,7 +76,7 @@ __noinline int walk_skb(struct __sk_buff *skb, __u32 off, __u32 plen, __u32 bina
 			if (n > CHUNK)
 				n = CHUNK;
 			barrier_var(n);
-			if (n == 0 || n > CHUNK)
+			if ((__s64)n <= 0 || n > CHUNK) /* signed: older verifiers learn no lower bound from != 0 */
 				goto unsure;
 			if (bpf_skb_load_bytes(skb, off, s->buf, n))
 				goto unsure;
@@ -101,7 +101,7 @@ __noinline int walk_skb(struct __sk_buff *skb, __u32 off, __u32 plen, __u32 bina
 		if (n > CHUNK)
 			n = CHUNK;
 		barrier_var(n);
-		if (n == 0 || n > CHUNK)
+		if ((__s64)n <= 0 || n > CHUNK) /* signed: older verifiers learn no lower bound from != 0 */
 			goto unsure;
 		part &= 511;
 		if (bpf_skb_load_bytes(skb, off, &s->buf[part], n))
