@@ -18,12 +18,13 @@
 __noinline int scan_token(__u32 start, __u32 end)
 {
 	struct scratch *s = get_scratch();
-	__u32 dirty = 0;
+	__u64 acc = 0; /* NUL and non-ASCII bytes seen in the words before */
 
 	if (!s)
 		return -1;
 	if (end > SCRATCH_LEN)
 		end = SCRATCH_LEN;
+	/* one branch a word (the exit): older verifiers (6.1) walk every path of every iteration */
 	for (__u32 i = 0; i < SCRATCH_LEN / 8; i++) {
 		__u32 pos = start + i * 8;
 		__u64 x, dm, bm;
@@ -33,20 +34,17 @@ __noinline int scan_token(__u32 start, __u32 end)
 		dm = zero_bytes(x ^ (ONES * ' ')) | zero_bytes(x ^ (ONES * '\r')) |
 		     zero_bytes(x ^ (ONES * '\n'));
 		/* NUL, and bytes >= 0x80 (memcached takes them, the kernel leaves them to it) */
-		bm = zero_bytes(x) | (x & HIGHS) | dm;
+		bm = zero_bytes(x) | (x & HIGHS);
 		dm = keep_bytes(dm, end - pos);
 		bm = keep_bytes(bm, end - pos);
 		if (dm) {
-			__u32 d = first_mark(dm);
-			if (bm && first_mark(bm) < d)
-				dirty = 1;
-			s->dirty = dirty;
-			return pos + d;
+			/* the marks below the first delimiter's */
+			s->dirty = (acc | (bm & ((dm & -dm) - 1))) != 0;
+			return pos + first_mark(dm);
 		}
-		if (bm)
-			dirty = 1;
+		acc |= bm;
 	}
-	s->dirty = dirty;
+	s->dirty = acc != 0;
 	return end;
 }
 
