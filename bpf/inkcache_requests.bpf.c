@@ -75,9 +75,9 @@ __noinline int walk_skb(struct __sk_buff *skb, __u32 off, __u32 plen, __u32 bina
 			n = plen - off;
 			if (n > CHUNK)
 				n = CHUNK;
-			barrier_var(n);
-			if ((__s64)n <= 0 || n > CHUNK) /* signed: older verifiers learn no lower bound from != 0 */
+			if (n == 0)
 				goto unsure;
+			n = chunk_len(n);
 			if (bpf_skb_load_bytes(skb, off, s->buf, n))
 				goto unsure;
 			e = scan_eol(0, n);
@@ -100,9 +100,9 @@ __noinline int walk_skb(struct __sk_buff *skb, __u32 off, __u32 plen, __u32 bina
 		n = plen - off;
 		if (n > CHUNK)
 			n = CHUNK;
-		barrier_var(n);
-		if ((__s64)n <= 0 || n > CHUNK) /* signed: older verifiers learn no lower bound from != 0 */
+		if (n == 0)
 			goto unsure;
+		n = chunk_len(n);
 		part &= 511;
 		if (bpf_skb_load_bytes(skb, off, &s->buf[part], n))
 			goto unsure;

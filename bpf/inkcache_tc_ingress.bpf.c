@@ -132,6 +132,7 @@ static __always_inline int answer(struct __sk_buff *skb, __u32 magic)
 	if (fh.seq != 0 || fh.total != bpf_htons(1))
 		goto not_get;
 	plen -= UDP_HDR_MC; /* 7..PAYLOAD_MAX */
+	plen = ((plen - 1) & 2047) + 1; /* the same, as older verifiers (6.1) can follow it */
 	if (bpf_skb_load_bytes(skb, s->pk.payload_off + UDP_HDR_MC, s->buf, plen))
 		return pass_on(&s->pk, fh.req_id);
 	if (buf_eq(s, 0, "get ", 4))
