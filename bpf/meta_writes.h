@@ -136,11 +136,12 @@ static __always_inline int b64_decode_key(void)
 __noinline __u32 meta_flags(__u32 from, __u32 is_ma)
 {
 	struct scratch *s = get_scratch();
-	__u64 seen0 = 0, seen1 = 0;
-	__u32 f = 0;
 
 	if (!s)
 		return MF_ERROR;
+	s->mf.seen0 = 0;
+	s->mf.seen1 = 0;
+	s->mf.f = 0;
 	for (__u32 i = 0; i < MC_TOKENS; i++) {
 		__u32 t = from + i, off, len, bit;
 		__u8 o;
@@ -153,63 +154,63 @@ __noinline __u32 meta_flags(__u32 from, __u32 is_ma)
 			return MF_ERROR;
 		bit = o & 63;
 		if (o < 64) {
-			if (seen0 & (1ULL << bit))
+			if (s->mf.seen0 & (1ULL << bit))
 				return MF_ERROR;
-			seen0 |= 1ULL << bit;
+			s->mf.seen0 |= 1ULL << bit;
 		} else {
-			if (seen1 & (1ULL << bit))
+			if (s->mf.seen1 & (1ULL << bit))
 				return MF_ERROR;
-			seen1 |= 1ULL << bit;
+			s->mf.seen1 |= 1ULL << bit;
 		}
 		switch (o) {
 		case 'b':
-			f |= MF_B64;
+			s->mf.f |= MF_B64;
 			if (!b64_decode_key())
-				f |= MF_ERROR;
+				s->mf.f |= MF_ERROR;
 			break;
 		case 'N':
 		case 'T':
 		case 'R':
 			if (mc_number(off + 1, off + len, NUM_SIGNED))
-				f |= MF_ERROR;
-			f |= o == 'N' ? MF_VIVIFY : o == 'T' ? MF_TTL : MF_WIN;
+				s->mf.f |= MF_ERROR;
+			s->mf.f |= o == 'N' ? MF_VIVIFY : o == 'T' ? MF_TTL : MF_WIN;
 			break;
 		case 'F':
 		case 'C':
 		case 'J':
 		case 'D':
 			if (mc_number(off + 1, off + len, NUM_UNSIGNED))
-				f |= MF_ERROR;
+				s->mf.f |= MF_ERROR;
 			if (o == 'C')
-				f |= MF_CAS;
+				s->mf.f |= MF_CAS;
 			break;
 		case 'M':
 			if (len != 2) {
-				f |= MF_ERROR;
+				s->mf.f |= MF_ERROR;
 				break;
 			}
 			o = BUF(s, off + 1);
 			if (is_ma)
-				f |= (o == 'I' || o == '+' || o == 'D' || o == '-') ? MF_MODE_OTHER
+				s->mf.f |= (o == 'I' || o == '+' || o == 'D' || o == '-') ? MF_MODE_OTHER
 										   : MF_MODE_BAD;
 			else if (o == 'E')
-				f |= MF_MODE_E;
+				s->mf.f |= MF_MODE_E;
 			else if (o == 'A' || o == 'P')
-				f |= MF_MODE_AP;
+				s->mf.f |= MF_MODE_AP;
 			else if (o == 'R' || o == 'S')
-				f |= MF_MODE_OTHER;
+				s->mf.f |= MF_MODE_OTHER;
 			else
-				f |= MF_MODE_BAD;
+				s->mf.f |= MF_MODE_BAD;
 			break;
 		case 'O':
 			if (len > MFLAG_MAX_OPAQUE)
-				f |= MF_OPAQUE_LONG;
+				s->mf.f |= MF_OPAQUE_LONG;
 			break;
 		case 'q':
-			f |= MF_QUIET;
+			s->mf.f |= MF_QUIET;
 			break;
 		case 'I':
-			f |= MF_STALE;
+			s->mf.f |= MF_STALE;
 			break;
 		case 'l': case 'P': case 'L': case 'k': case 's': case 't': case 'c': case 'f':
 		case 'v': case 'h': case 'u':
@@ -218,7 +219,7 @@ __noinline __u32 meta_flags(__u32 from, __u32 is_ma)
 			return MF_ERROR; /* CLIENT_ERROR invalid flag */
 		}
 	}
-	return f;
+	return s->mf.f;
 }
 
 /* The expiry hint for a meta write to the key in token 1 (already decoded): T sets the item's

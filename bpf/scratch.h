@@ -121,6 +121,13 @@ struct scratch {
 		__u32 flags;           /* its way's WAY_* */
 		__u32 pad;
 	} lk;
+	struct {                     /* meta_flags' state: in map memory, whose values the verifier
+				      * does not follow (flag combinations as register constants
+				      * multiply its states: 6.1 gives up) */
+		volatile __u64 seen0, seen1; /* flags seen: bytes 0-63, 64-126 */
+		volatile __u32 f;      /* MF_* so far */
+		__u32 pad;
+	} mf;
 	struct {                     /* meta get being answered (meta.h) */
 		__u8 flag[8];          /* the flags asked for, in order */
 		__u32 n, seen, mode;
