@@ -52,8 +52,13 @@ pub fn fx() -> MutexGuard<'static, Fx> {
 impl Fx {
     /// The programs loaded anew (`stop_stage`: see AttachOpts::debug_stop_stage), reset.
     pub fn load(stop_stage: u32) -> Fx {
+        Fx::load_sized(stop_stage, 1)
+    }
+
+    /// As `load`, with a cache of `cache_mb` (the measurements that fill many keys).
+    pub fn load_sized(stop_stage: u32, cache_mb: u32) -> Fx {
         let opts = AttachOpts {
-            cache_mb: 1,
+            cache_mb,
             quarantine_ms: QUARANTINE_MS,
             max_conns: 64,
             pending_entries: 1024,
