@@ -369,9 +369,8 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 
 	if (set->stable_since < until)
 		set->stable_since = until;
 	for (__u32 w = 0; w < WAYS; w++) {
-		struct ink_way *x = &set->way[w];
-		if (x->tag == tag && x->key_len == len)
-			x->tag = 0;
+		if (set->tag[w] == tag && set->way[w].key_len == len)
+			set->tag[w] = 0;
 	}
 	bpf_spin_unlock(&set->lock);
 	hint_put(off, len, h, exp, (how & ~INV_SERVER) >> INV_META_SHIFT);

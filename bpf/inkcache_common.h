@@ -102,17 +102,18 @@ enum ink_stat {
 #define SEG_SLACK   2048    /* past the end of a segment: chunked copies never leave the value */
 #define ITEM_CAP    ((ITEM_MAX + 15) / 16 * 16) /* largest item stored (ITEM_MAX rounded up) */
 
+/* A way of an index set: its tag is in the set's header (ink_set.tag), so that finding a key
+ * reads one cache line, and only the way that matches is read. */
 struct ink_way {
-	__u32 tag;             /* low 32 bits of the key hash, never 0; 0 = empty */
 	__u32 pos;             /* arena position of the item, 16-byte units (low 32 bits) */
-	__u64 expire_ns;       /* not served from this time on (ktime); ~0 = never */
-	__u64 filled_ns;       /* ktime of the fill (void if not after the last flush) */
 	__u16 len;             /* item bytes: "VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n" */
 	__u16 hdr_len;         /* bytes of the VALUE line, "\r\n" included */
+	__u64 expire_ns;       /* not served from this time on (ktime); ~0 = never */
+	__u64 filled_ns;       /* ktime of the fill (void if not after the last flush) */
 	__u8 key_len;
 	__u8 cas_len;          /* bytes of " <cas>" at the end of the VALUE line; 0: no CAS known */
 	__u8 flags;            /* WAY_* */
-	__u8 pad;
+	__u8 pad[5];
 };
 
 #define WAY_META_OK 1       /* the item carries no meta state: the kernel may answer mg for it */
@@ -124,6 +125,7 @@ struct ink_set {
 	__u64 stable_since;    /* replies to requests that arrived before this may not fill */
 	__u32 gen;             /* server generation `open` counts in (a restart voids the count) */
 	__u32 pad;
+	__u32 tag[WAYS];       /* way w's key: low 32 bits of its hash, never 0; 0 = empty */
 	struct ink_way way[WAYS];
 };
 

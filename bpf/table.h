@@ -133,9 +133,12 @@ static __always_inline int arena_reserve(struct ink_global *g, __u32 units, __u6
 }
 
 /* Whether a way holds nothing worth keeping at time `now` (log head `head`). */
-static __always_inline int way_stale(struct ink_way *x, __u64 now, __u64 head, __u64 flush)
+static __always_inline int way_stale(struct ink_set *set, __u32 w, __u64 now, __u64 head,
+				     __u64 flush)
 {
-	return x->tag == 0 || now >= x->expire_ns || x->filled_ns <= flush ||
+	struct ink_way *x = &set->way[w];
+
+	return set->tag[w] == 0 || now >= x->expire_ns || x->filled_ns <= flush ||
 	       (__u32)((__u32)head - x->pos) > arena_units();
 }
 
@@ -149,9 +152,9 @@ static __always_inline __u32 pick_way(struct ink_set *set, __u32 tag, __u32 klen
 	for (__u32 w = 0; w < WAYS; w++) {
 		struct ink_way *x = &set->way[w];
 		__u32 age = (__u32)head - x->pos;
-		if (x->tag == tag && x->key_len == klen)
+		if (set->tag[w] == tag && x->key_len == klen)
 			return w;
-		if (stale == WAYS && way_stale(x, now, head, flush))
+		if (stale == WAYS && way_stale(set, w, now, head, flush))
 			stale = w;
 		if (age > oldest) {
 			oldest = age;
@@ -202,7 +205,7 @@ __noinline int promote(__u64 h, __u32 klen, __u32 old_pos, __u32 src, __u32 len)
 	bpf_spin_lock(&set->lock);
 	for (__u32 w = 0; w < WAYS; w++) {
 		struct ink_way *x = &set->way[w];
-		if (x->tag == tag && x->key_len == klen && x->pos == old_pos) {
+		if (set->tag[w] == tag && x->key_len == klen && x->pos == old_pos) {
 			x->pos = (__u32)p;
 			break;
 		}
@@ -240,7 +243,7 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	bpf_spin_lock(&set->lock);
 	for (__u32 w = 0; w < WAYS; w++) {
 		struct ink_way *x = &set->way[w];
-		if (x->tag != tag || x->key_len != klen)
+		if (set->tag[w] != tag || x->key_len != klen)
 			continue;
 		if (x->len == 0 || x->filled_ns <= flush)
 			break;
@@ -343,7 +346,7 @@ __noinline int table_fill(void)
 		w = pick_way(set, tag, s->fa.klen, now, head, g->flush_ns);
 		if (w < WAYS) {
 			struct ink_way *x = &set->way[w];
-			x->tag = tag;
+			set->tag[w] = tag;
 			x->pos = (__u32)p;
 			x->expire_ns = s->fa.exp;
 			x->filled_ns = now;

@@ -133,7 +133,8 @@ mod tests {
 
     #[test]
     fn struct_sizes_match_the_kernel_layout() {
-        assert_eq!(SET_BYTES, 32 + 32 * WAYS);
+        // a 32-byte header and the ways' tags (one cache line), then 32 bytes a way
+        assert_eq!(SET_BYTES, 64 + 32 * WAYS);
         assert_eq!(SEG_VALUE_BYTES, SEG_BYTES + 2048);
     }
 }

@@ -65,7 +65,11 @@ pub fn fill(dir: &Path, layout: &crate::Layout) -> Result<Fill> {
         "attached by another version of inkcache"
     );
     let mut f = Fill::default();
-    let (w0, wsz) = (offset_of!(ink_set, way), size_of::<ink_way>());
+    let (w0, wsz, t0) = (
+        offset_of!(ink_set, way),
+        size_of::<ink_way>(),
+        offset_of!(ink_set, tag),
+    );
     for (_, v) in m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)? {
         for w in 0..crate::layout::WAYS as usize {
             let b = &v[w0 + w * wsz..w0 + (w + 1) * wsz];
@@ -74,7 +78,7 @@ pub fn fill(dir: &Path, layout: &crate::Layout) -> Result<Fill> {
                 x[..n].copy_from_slice(&b[o..o + n]);
                 u64::from_ne_bytes(x)
             };
-            let tag = field(offset_of!(ink_way, tag), 4);
+            let tag = u32::from_ne_bytes(v[t0 + w * 4..t0 + w * 4 + 4].try_into()?);
             let pos = field(offset_of!(ink_way, pos), 4) as u32;
             let len = field(offset_of!(ink_way, len), 2);
             let lapped = (head as u32).wrapping_sub(pos) as u64 > log_units;
