@@ -355,7 +355,7 @@ int inkcache_answers(struct __sk_buff *skb)
 	if (skb_l3(skb, p) != PARSE_OK)
 		return 1;
 	port = bpf_ntohs(p->sport);
-	if (!bpf_map_lookup_elem(&ports, &port))
+	if (!server_port(port))
 		return 1;
 	if (p->proto == IPPROTO_TCP) {
 		tcp_answers(skb, s, p);

@@ -25,7 +25,7 @@ static __always_inline int cached(struct sock_common *skc)
 {
 	__u16 port = BPF_CORE_READ(skc, skc_num); /* host order */
 
-	if (!bpf_map_lookup_elem(&ports, &port))
+	if (!server_port(port))
 		return 0;
 	return !netns_cookie || BPF_CORE_READ(skc, skc_net.net, net_cookie) == netns_cookie;
 }

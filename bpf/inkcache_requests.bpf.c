@@ -278,7 +278,7 @@ int inkcache_udp_requests(struct __sk_buff *skb)
 	if (skb_l3(skb, p) != PARSE_OK || p->proto != IPPROTO_UDP)
 		return 1;
 	port = bpf_ntohs(p->dport);
-	if (!bpf_map_lookup_elem(&ports, &port))
+	if (!server_port(port))
 		return 1;
 	if (p->payload_len < UDP_HDR_MC ||
 	    bpf_skb_load_bytes(skb, p->payload_off, &fh, sizeof(fh)))

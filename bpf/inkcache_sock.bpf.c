@@ -44,7 +44,7 @@ static __always_inline void bound(struct bpf_sock *sk)
 {
 	__u16 port = sk->src_port; /* host order */
 
-	if (invalidation_off || !bpf_map_lookup_elem(&ports, &port))
+	if (invalidation_off || !server_port(port))
 		return;
 	if (netns_cookie && bpf_get_netns_cookie(sk) != netns_cookie)
 		return;
@@ -125,7 +125,7 @@ int inkcache_sockops(struct bpf_sock_ops *o)
 	if (coop_mode)
 		return 1;
 	port = (__u16)o->local_port;
-	if (!bpf_map_lookup_elem(&ports, &port))
+	if (!server_port(port))
 		return 1;
 	if (netns_cookie && bpf_get_netns_cookie(o) != netns_cookie)
 		return 1;

@@ -122,7 +122,7 @@ static __always_inline int answer(struct __sk_buff *skb, __u32 magic)
 	if (parse_packet(data, data_end, &s->pk) != PARSE_OK || s->pk.proto != IPPROTO_UDP)
 		goto not_get;
 	port = bpf_ntohs(s->pk.dport);
-	if (!bpf_map_lookup_elem(&ports, &port) || skb->gso_segs > 1)
+	if (!server_port(port) || skb->gso_segs > 1)
 		goto not_get; /* GRO merged datagrams: the server splits them */
 	plen = s->pk.payload_len;
 	if (plen < UDP_HDR_MC + 7 || plen > DGRAM_MAX)

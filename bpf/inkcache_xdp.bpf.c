@@ -312,7 +312,7 @@ int inkcache_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	}
 	port = bpf_ntohs(p->dport);
-	if (!bpf_map_lookup_elem(&ports, &port)) {
+	if (!server_port(port)) {
 		stat_inc(ST_PASSED);
 		return XDP_PASS;
 	}

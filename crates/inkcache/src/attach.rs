@@ -165,6 +165,16 @@ pub struct Loaded<'obj> {
     pub layout: Layout,
 }
 
+/// The `ports` map's value (bpf/maps.h `struct ink_ports`): bit `p % 64` of word `p / 64` set
+/// for each port `p`, words in native byte order.
+pub fn ports_bitmap(ports: &[u16]) -> Vec<u8> {
+    let mut words = [0u64; 65536 / 64];
+    for &p in ports {
+        words[usize::from(p / 64)] |= 1 << (p % 64);
+    }
+    words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+}
+
 /// Loads and configures the programs for `opts` (which `validate` accepted): the constants of
 /// bpf/config.h, the map sizes, the clock offset, the ports and the allowlist `allow`.
 pub fn load<'obj>(
@@ -286,11 +296,11 @@ fn load_as<'obj>(
             .global
             .update(&0u32.to_ne_bytes(), crate::abi::bytes_of(&g), MapFlags::ANY)?;
     }
-    for p in &opts.ports {
-        xdp.maps
-            .ports
-            .update(&p.to_ne_bytes(), &[1], MapFlags::ANY)?;
-    }
+    xdp.maps.ports.update(
+        &0u32.to_ne_bytes(),
+        &ports_bitmap(&opts.ports),
+        MapFlags::ANY,
+    )?;
     for net in allow {
         xdp.maps.allow.update(&lpm_key(net), &[1], MapFlags::ANY)?;
     }

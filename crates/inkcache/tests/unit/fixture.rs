@@ -109,10 +109,16 @@ impl Fx {
             &m.conns,
             &m.ttl_hints,
             &m.conn_socks,
-            &m.ports,
         ] {
             clear_hash(map);
         }
+        m.ports
+            .update(
+                &0u32.to_ne_bytes(),
+                &inkcache::attach::ports_bitmap(&[]),
+                MapFlags::ANY,
+            )
+            .unwrap();
         self.add_port(packet::PORT);
         self.set_iface(&server_iface(0));
         let cpus = libbpf_rs::num_possible_cpus().unwrap();
@@ -193,12 +199,15 @@ impl Fx {
 
     /// Adds `port` to the server's ports.
     pub fn add_port(&self, port: u16) {
-        self.l
-            .xdp
-            .maps
-            .ports
-            .update(&port.to_ne_bytes(), &[1], MapFlags::ANY)
+        let m = &self.l.xdp.maps.ports;
+        let mut v = m
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
             .unwrap();
+        let w = usize::from(port / 64) * 8;
+        let word = u64::from_ne_bytes(v[w..w + 8].try_into().unwrap()) | 1 << (port % 64);
+        v[w..w + 8].copy_from_slice(&word.to_ne_bytes());
+        m.update(&0u32.to_ne_bytes(), &v, MapFlags::ANY).unwrap();
     }
 
     /// Puts the server side of a connection in conn_socks, as socket ops does for a connection

@@ -219,6 +219,30 @@ fn sources_outside_the_allowlist_are_refused() {
 }
 
 #[test]
+fn every_server_port_is_served_and_only_those() {
+    // the ports bitmap: ports at word edges and the ends of the range, each with its own cache
+    // entry (a reply fills only from the port it came from), their neighbours passed
+    let f = fx();
+    for port in [1u16, 63, 64, 11212, 65535] {
+        f.add_port(port);
+        let fl = Flow::v4().sport(port);
+        let key = format!("p{port}");
+        f.fill(&fl, &key, 0, b"v");
+        f.assert_hit(&fl, &key, 0, b"v");
+        for next in [port.wrapping_sub(1), port.wrapping_add(1)] {
+            if [1, 63, 64, 11211, 11212, 65535].contains(&next) {
+                continue;
+            }
+            let frame = Flow::v4()
+                .sport(next)
+                .udp(next_id(), format!("get {key}\r\n").as_bytes());
+            let r = f.xdp(&frame);
+            assert_eq!((r.action, &r.data), (XDP_PASS, &frame), "port {next}");
+        }
+    }
+}
+
+#[test]
 fn other_ports_and_protocols_pass_untouched() {
     let f = fx();
     let fl = Flow::v4();
