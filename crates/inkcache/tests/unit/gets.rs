@@ -219,6 +219,32 @@ fn sources_outside_the_allowlist_are_refused() {
 }
 
 #[test]
+fn the_allowlist_verdict_is_per_source_whatever_the_order() {
+    // sources in and out of the allowlist, interleaved and seen twice: the per-CPU memo of the
+    // allowlist's verdicts (64 slots) must never answer for one source what it found for another
+    let f = fx();
+    f.fill(&Flow::v4(), "k", 0, b"v");
+    f.fill(&Flow::v6(), "k6", 0, b"v");
+    let mut srcs = Vec::new();
+    for i in 0..150u32 {
+        srcs.push((format!("198.19.{}.{}", i / 250, i % 250 + 1), true));
+        srcs.push((format!("10.{}.{}.7", i / 250, i % 250), false));
+        srcs.push((format!("fd00:1::{:x}", i + 1), true));
+        srcs.push((format!("2001:db8::{:x}", i + 1), false));
+    }
+    for round in 0..2 {
+        for (src, ok) in &srcs {
+            let v6 = src.contains(':');
+            let fl = if v6 { Flow::v6() } else { Flow::v4() }.from(src);
+            let key = if v6 { "k6" } else { "k" };
+            let (act, _) = f.request(&fl, format!("get {key}\r\n").as_bytes());
+            let want = if *ok { XDP_TX } else { XDP_PASS };
+            assert_eq!(act, want, "{src} (round {round})");
+        }
+    }
+}
+
+#[test]
 fn every_server_port_is_served_and_only_those() {
     // the ports bitmap: ports at word edges and the ends of the range, each with its own cache
     // entry (a reply fills only from the port it came from), their neighbours passed
