@@ -20,6 +20,10 @@ const volatile __u64 quarantine_ns = 1000000000ULL;
 /* The server's network namespace (its cookie; 0: any): the hooks on the root cgroup see every
  * socket of the host and keep to the server's. */
 const volatile __u64 netns_cookie = 0;
+/* Kernels whose cgroup_skb programs lack bpf_get_netns_cookie (before 2025's): those programs tell
+ * the server's packets by their socket instead, marked by the programs that can check the
+ * namespace (server_socks: its UDP and listening sockets; conn_marks: its connections). */
+const volatile __u32 netns_by_sock = 0;
 /* Secret seed of the key hash, random per attach: nobody can craft keys that share an index set. */
 const volatile __u64 hash_seed = 0;
 const volatile __u64 settle_max_ns = 60000000000ULL;

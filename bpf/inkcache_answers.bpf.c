@@ -349,7 +349,7 @@ int inkcache_answers(struct __sk_buff *skb)
 
 	if (coop_mode) /* the server installs entries itself */
 		return 1;
-	if (!s || (netns_cookie && bpf_get_netns_cookie(skb) != netns_cookie))
+	if (!s || !server_netns_skb(skb))
 		return 1;
 	p = &s->pk;
 	if (skb_l3(skb, p) != PARSE_OK)

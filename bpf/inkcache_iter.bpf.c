@@ -66,6 +66,8 @@ int inkcache_iter_tcp(struct bpf_iter__tcp *ctx)
 	k.sport = bpf_htons(BPF_CORE_READ(skc, skc_num));
 	/* no state in `conns`: the stream verdict walks its bytes on their own */
 	bpf_map_update_elem(&conn_socks, &k, tp, BPF_NOEXIST);
+	if (netns_by_sock) /* its packets are the server's (maps.h server_netns_skb) */
+		bpf_sk_storage_get(&conn_marks, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	return 0;
 }
 

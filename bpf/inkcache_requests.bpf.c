@@ -272,7 +272,7 @@ int inkcache_udp_requests(struct __sk_buff *skb)
 	struct pkt *p;
 	__u16 port;
 
-	if (coop_mode || !s || (netns_cookie && bpf_get_netns_cookie(skb) != netns_cookie))
+	if (coop_mode || !s || !server_netns_skb(skb))
 		return 1; /* cooperative: the server invalidates what it writes */
 	p = &s->pk;
 	if (skb_l3(skb, p) != PARSE_OK || p->proto != IPPROTO_UDP)

@@ -139,6 +139,9 @@ int inkcache_sockops(struct bpf_sock_ops *o)
 		 * --max-conns it has no state and its bytes are walked on their own */
 		conn_open(o->rcv_nxt, o->snd_nxt, CONN_OUT_OK);
 		bpf_sock_ops_cb_flags_set(o, BPF_SOCK_OPS_STATE_CB_FLAG);
+		sk = o->sk;
+		if (netns_by_sock && sk) /* its packets are the server's (server_netns_skb) */
+			bpf_sk_storage_get(&conn_marks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (!bpf_sock_hash_update(o, &conn_socks, &s->ws.ck, BPF_NOEXIST) || !g)
 			return 1;
 		/* no room to walk its bytes: its writes would be unseen, so nothing is answered or

@@ -7,6 +7,7 @@
 #define INKCACHE_MAPS_H
 
 #include "inkcache_common.h"
+#include "config.h"
 
 /* Process-wide state: flush_all and server restarts move flush_ns forward; entries filled and
  * requests seen before it are void. */
@@ -146,6 +147,15 @@ struct {
 	__type(value, __u8);
 } server_socks SEC(".maps");
 
+/* The server's connections (accepted, or found at attach), marked where the namespace is known,
+ * for the cgroup_skb programs of kernels that cannot check it (config.h netns_by_sock). */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u8);
+} conn_marks SEC(".maps");
+
 /* Connections to the server that could not be put in conn_socks (their bytes are not walked):
  * counted in global.blind while they are open. */
 struct {
@@ -179,6 +189,25 @@ static __always_inline struct ink_global *global_state(void)
 {
 	__u32 zero = 0;
 	return bpf_map_lookup_elem(&global, &zero);
+}
+
+/* Whether a packet seen by a cgroup_skb program belongs to the server's namespace: its cookie
+ * where the kernel gives it, else its socket's mark (netns_by_sock). */
+static __always_inline int server_netns_skb(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk;
+
+	if (!netns_cookie)
+		return 1;
+	if (!netns_by_sock)
+		return bpf_get_netns_cookie(skb) == netns_cookie;
+	sk = skb->sk;
+	if (!sk)
+		return 0;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return 0;
+	return bpf_sk_storage_get(&server_socks, sk, 0, 0) || bpf_sk_storage_get(&conn_marks, sk, 0, 0);
 }
 
 #endif

@@ -195,7 +195,18 @@ fn load_as<'obj>(
 ) -> Result<Loaded<'obj>> {
     let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
     let seed = opts.hash_seed.map_or_else(random_seed, Ok)?;
-    let netns_cookie = sys::netns_cookie().unwrap_or(0);
+    let netns_cookie = if opts.any_netns {
+        0
+    } else {
+        sys::netns_cookie().unwrap_or(0)
+    };
+    // cgroup_skb programs got bpf_get_netns_cookie in 2025 (not in 6.12); before, they tell the
+    // server's packets by their sockets (bpf/maps.h server_netns_skb)
+    let netns_by_sock = opts.debug_netns_by_sock
+        || !probe_helper(
+            libbpf_sys::BPF_PROG_TYPE_CGROUP_SKB,
+            libbpf_sys::BPF_FUNC_get_netns_cookie,
+        );
     // Every object compiles bpf/config.h (each has its own generated rodata type, hence a macro).
     macro_rules! set_config {
         ($open:ident, $what:literal) => {{
@@ -217,6 +228,7 @@ fn load_as<'obj>(
             ro.coop_mode = opts.cooperative as u32;
             ro.hash_seed = seed;
             ro.netns_cookie = netns_cookie;
+            ro.netns_by_sock = netns_by_sock as u32;
         }};
     }
 

@@ -87,6 +87,14 @@ pub struct AttachOpts {
     /// The key hash's seed; None: random (tests fix it to craft colliding keys).
     #[arg(skip)]
     pub hash_seed: Option<u64>,
+    /// Debug: tell the server's packets in the cgroup_skb programs by their sockets' marks, as on
+    /// kernels without bpf_get_netns_cookie there (the tests of that path on newer kernels).
+    #[arg(long, hide = true)]
+    pub debug_netns_by_sock: bool,
+    /// Tests: the socket-side programs keep to no network namespace (BPF_PROG_TEST_RUN's
+    /// packets have no server socket to tell it by).
+    #[arg(skip)]
+    pub any_netns: bool,
     /// Measurement only: XDP passes a get after this stage of its path (bpf/inkcache_xdp.bpf.c
     /// STAGE_*); 0: never.
     #[arg(skip)]

@@ -48,7 +48,7 @@ fn inkcache(args: &[&str]) -> String {
 /// Three server namespaces joined to one client namespace by a veth each (198.18.1N.1 and .2),
 /// memcached in each, inkcache attached to each server end. With `servers_first`, memcached starts
 /// before inkcache is attached (as a running server would be).
-fn pool(servers_first: bool) -> Pool {
+fn pool(servers_first: bool, extra: &[&str]) -> Pool {
     let client = Netns::new("ikp").unwrap();
     let mut members = Vec::new();
     for i in 1..=3 {
@@ -92,7 +92,7 @@ fn pool(servers_first: bool) -> Pool {
         p.members.iter_mut().for_each(start);
     }
     for m in &p.members {
-        inkcache(&[
+        let mut args = vec![
             "--netns",
             &m.ns.name,
             "attach",
@@ -102,7 +102,9 @@ fn pool(servers_first: bool) -> Pool {
             "8",
             "--quarantine-ms",
             "50",
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        inkcache(&args);
     }
     if !servers_first {
         p.members.iter_mut().for_each(start);
@@ -179,8 +181,8 @@ fn assert_round(r: &Value, alive: &[&str], what: &str) {
     }
 }
 
-fn pool_run(servers_first: bool) {
-    let mut p = pool(servers_first);
+fn pool_run(servers_first: bool, extra: &[&str]) {
+    let mut p = pool(servers_first, extra);
     let w = p.clients("write");
     assert_eq!(
         (w["ketama_failed"].as_u64(), w["hrw_failed"].as_u64()),
@@ -286,7 +288,7 @@ fn pool_run(servers_first: bool) {
 /// killed server's kernel cache.
 #[test]
 fn pool_shards_by_consistent_hashing_and_a_kill_loses_only_its_keys() {
-    pool_run(false);
+    pool_run(false, &[]);
 }
 
 /// The same with servers that were running when inkcache attached (the usual order, and what
@@ -294,5 +296,15 @@ fn pool_shards_by_consistent_hashing_and_a_kill_loses_only_its_keys() {
 /// iterators, bpf/inkcache_iter.bpf.c), so the kill empties the killed server's cache too.
 #[test]
 fn pool_kill_of_a_server_started_before_attach() {
-    pool_run(true);
+    pool_run(true, &[]);
+}
+
+/// The same where the socket-side programs tell the server's namespace by their sockets' marks,
+/// as on kernels whose cgroup_skb programs lack bpf_get_netns_cookie (6.12 and older): three
+/// servers on one port, each attachment must walk and fill from its own server only. Servers
+/// both before attach (marked by the iterators) and after (marked at bind).
+#[test]
+fn pool_with_the_namespace_told_by_sockets() {
+    pool_run(true, &["--debug-netns-by-sock"]);
+    pool_run(false, &["--debug-netns-by-sock"]);
 }

@@ -66,6 +66,7 @@ impl Fx {
             max_age_secs: 60,
             hash_seed: Some(HASH_SEED),
             debug_stop_stage: stop_stage,
+            any_netns: true,
             ..AttachOpts::default()
         };
         let allow = [
