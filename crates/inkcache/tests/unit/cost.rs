@@ -7,54 +7,96 @@
 //! the mean of 20,000 runs, best of 5. The kernel's timing of one run includes a clock read.
 //! `hit_cost_by_stage_zipf` does the same over issue 11's key space (100,000 keys, Zipf 0.99),
 //! and `multiget_key_cost` measures what each key of a 10-key get adds.
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use inkbench::{workload::key_name, zipf::Zipf};
+use rand::{rngs::StdRng, SeedableRng};
 
 use super::*;
 
 const KEY: &str = "key:0000000000000000000000000001";
 
-/// Mean ns per run of `frames` through XDP, each run once a round, best of `rounds`; returns it
-/// and how many runs of the last round returned XDP_TX.
-fn ns_per_frame(f: &Fx, frames: &[Vec<u8>], rounds: u32) -> (u128, usize) {
+/// The stages of a hit, in order: row i is measured on programs loaded with `stop_stage` i + 1,
+/// the last on production's 0 (the whole hit).
+const STAGES: [&str; 7] = [
+    "parsed (Ethernet, IP, UDP, port)",
+    "frame header checked, request copied",
+    "host checks (MAC, addresses, checksums)",
+    "keys found and hashed",
+    "global state, allowlist, bound",
+    "keys looked up, reply composed",
+    "reply built and sent (XDP_TX): the whole hit",
+];
+
+/// The `stop_stage` row `i` of [`STAGES`] is measured with.
+fn stop_stage(i: usize) -> u32 {
+    if i + 1 == STAGES.len() {
+        0
+    } else {
+        i as u32 + 1
+    }
+}
+
+/// Times `prog` on `frames`, each run `runs_each` times a round: the mean ns per run of the best
+/// of `rounds` rounds, and how many runs of the last round returned XDP_TX. With `want`, asserts
+/// every run returned it (`ctx` says what the state was).
+fn time_runs(
+    prog: &libbpf_rs::ProgramMut,
+    frames: &[&[u8]],
+    runs_each: u32,
+    rounds: u32,
+    want: Option<u32>,
+    ctx: &dyn Fn() -> String,
+) -> (u128, usize) {
     let mut best = u128::MAX;
     let mut tx = 0;
     for _ in 0..rounds {
         let mut total = 0u128;
         tx = 0;
         for frame in frames {
-            let input = libbpf_rs::ProgramInput {
-                data_in: Some(frame),
-                repeat: 1,
-                ..Default::default()
-            };
-            let o = f.l.xdp.progs.inkcache_xdp.test_run(input).unwrap();
-            tx += usize::from(o.return_value == XDP_TX);
-            total += o.duration.as_nanos();
+            for _ in 0..runs_each {
+                let input = libbpf_rs::ProgramInput {
+                    data_in: Some(frame),
+                    repeat: 1,
+                    ..Default::default()
+                };
+                let o = prog.test_run(input).unwrap();
+                if let Some(want) = want {
+                    assert_eq!(o.return_value, want, "{}", ctx());
+                }
+                tx += usize::from(o.return_value == XDP_TX);
+                total += o.duration.as_nanos();
+            }
         }
-        best = best.min(total / frames.len() as u128);
+        best = best.min(total / (frames.len() as u128 * u128::from(runs_each)));
     }
     (best, tx)
 }
 
+/// Mean ns per run of `frames` through XDP, each run once a round, best of `rounds`; returns it
+/// and how many runs of the last round returned XDP_TX.
+fn ns_per_frame(f: &Fx, frames: &[Vec<u8>], rounds: u32) -> (u128, usize) {
+    let frames: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    time_runs(
+        &f.l.xdp.progs.inkcache_xdp,
+        &frames,
+        1,
+        rounds,
+        None,
+        &String::new,
+    )
+}
+
 /// Mean ns per run of `frame` through XDP, best of 5 rounds of 20,000; asserts `want`.
 fn ns_per_run(f: &Fx, frame: &[u8], want: u32) -> u128 {
-    let mut best = u128::MAX;
-    for _ in 0..5 {
-        let mut total = 0u128;
-        let n = 20_000u32;
-        for _ in 0..n {
-            let input = libbpf_rs::ProgramInput {
-                data_in: Some(frame),
-                repeat: 1,
-                ..Default::default()
-            };
-            let o = f.l.xdp.progs.inkcache_xdp.test_run(input).unwrap();
-            assert_eq!(o.return_value, want, "{:?}", f.stats());
-            total += o.duration.as_nanos();
-        }
-        best = best.min(total / u128::from(n));
-    }
-    best
+    let ctx = || format!("{:?}", f.stats());
+    time_runs(
+        &f.l.xdp.progs.inkcache_xdp,
+        &[frame],
+        20_000,
+        5,
+        Some(want),
+        &ctx,
+    )
+    .0
 }
 
 #[test]
@@ -71,15 +113,6 @@ fn hot_hit_cost() {
 #[ignore = "a measurement, run by hand"]
 fn hit_cost_by_stage() {
     let fl = Flow::v4();
-    let names = [
-        "parsed (Ethernet, IP, UDP, port)",
-        "frame header checked, request copied",
-        "host checks (MAC, addresses, checksums)",
-        "keys found and hashed",
-        "global state, allowlist, bound",
-        "keys looked up, reply composed",
-        "reply built and sent (XDP_TX): the whole hit",
-    ];
     let mut prev = 0u128;
     println!("| stage | cumulative ns | this stage ns |\n| --- | ---: | ---: |");
     let pass = {
@@ -88,12 +121,8 @@ fn hit_cost_by_stage() {
         ns_per_run(&f, &fl.clone().sport(9).udp(7, b"x"), XDP_PASS)
     };
     println!("| not for the cache (other port) | {pass} | |");
-    for (i, name) in names.iter().enumerate() {
-        let stage = if i + 1 == names.len() {
-            0
-        } else {
-            i as u32 + 1
-        };
+    for (i, name) in STAGES.iter().enumerate() {
+        let stage = stop_stage(i);
         let f = Fx::load(stage);
         if stage == 0 || stage == 6 {
             // the stages before the lookup pass before a miss is remembered: no fill there
@@ -108,24 +137,7 @@ fn hit_cost_by_stage() {
 
 /// The key of rank `i` in the Zipf measurements: 32 bytes, as in issue 11's workload.
 fn zkey(i: u64) -> String {
-    format!("key:{i:028}")
-}
-
-/// `n` draws from Zipf(`s`) over ranks 0..keys (inverse of the cumulative distribution).
-fn zipf_draws(keys: u64, s: f64, n: usize, seed: u64) -> Vec<u64> {
-    let mut cdf = Vec::with_capacity(keys as usize);
-    let mut sum = 0.0;
-    for r in 1..=keys {
-        sum += 1.0 / (r as f64).powf(s);
-        cdf.push(sum);
-    }
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..n)
-        .map(|_| {
-            let u = rng.gen::<f64>() * sum;
-            cdf.partition_point(|&c| c < u) as u64
-        })
-        .collect()
+    key_name("key:", i, 32)
 }
 
 /// Fills keys 0..keys with 32-byte values; returns how many the cache took.
@@ -147,32 +159,22 @@ fn fill_keys(f: &Fx, fl: &Flow, keys: u64) -> u64 {
 fn hit_cost_by_stage_zipf() {
     const KEYS: u64 = 100_000;
     let fl = Flow::v4();
-    let frames: Vec<Vec<u8>> = zipf_draws(KEYS, 0.99, 50_000, 11)
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| fl.udp(i as u16, format!("get {}\r\n", zkey(r)).as_bytes()))
+    let zipf = Zipf::new(KEYS, 0.99);
+    let mut rng = StdRng::seed_from_u64(11);
+    let frames: Vec<Vec<u8>> = (0..50_000u16)
+        .map(|i| {
+            let key = zkey(zipf.sample(&mut rng));
+            fl.udp(i, format!("get {key}\r\n").as_bytes())
+        })
         .collect();
-    let names = [
-        "parsed (Ethernet, IP, UDP, port)",
-        "frame header checked, request copied",
-        "host checks (MAC, addresses, checksums)",
-        "keys found and hashed",
-        "global state, allowlist, bound",
-        "keys looked up, reply composed",
-        "reply built and sent (XDP_TX): the whole hit",
-    ];
     println!(
         "{KEYS} keys of 32 bytes, 32-byte values, {} gets drawn Zipf 0.99, best of 3 rounds",
         frames.len()
     );
     println!("| stage | cumulative ns | this stage ns |\n| --- | ---: | ---: |");
     let mut prev = 0u128;
-    for (i, name) in names.iter().enumerate() {
-        let stage = if i + 1 == names.len() {
-            0
-        } else {
-            i as u32 + 1
-        };
+    for (i, name) in STAGES.iter().enumerate() {
+        let stage = stop_stage(i);
         let f = Fx::load_sized(stage, 64);
         let mut note = String::new();
         if stage == 0 || stage == 6 {
@@ -206,24 +208,9 @@ fn multiget_key_cost() {
     );
 }
 
-/// Mean ns per run of `frame` through `prog`, best of 5 rounds of 20,000.
+/// Mean ns per run of `frame` through `prog`, best of 5 rounds of 20,000; asserts XDP_PASS.
 fn prog_ns(prog: &libbpf_rs::ProgramMut, frame: &[u8]) -> u128 {
-    let mut best = u128::MAX;
-    for _ in 0..5 {
-        let mut total = 0u128;
-        for _ in 0..20_000 {
-            let input = libbpf_rs::ProgramInput {
-                data_in: Some(frame),
-                repeat: 1,
-                ..Default::default()
-            };
-            let o = prog.test_run(input).unwrap();
-            assert_eq!(o.return_value, XDP_PASS);
-            total += o.duration.as_nanos();
-        }
-        best = best.min(total / 20_000);
-    }
-    best
+    time_runs(prog, &[frame], 20_000, 5, Some(XDP_PASS), &String::new).0
 }
 
 #[test]
