@@ -168,11 +168,18 @@ pub struct Loaded<'obj> {
 /// The `ports` map's value (bpf/maps.h `struct ink_ports`): bit `p % 64` of word `p / 64` set
 /// for each port `p`, words in native byte order.
 pub fn ports_bitmap(ports: &[u16]) -> Vec<u8> {
-    let mut words = [0u64; 65536 / 64];
+    let mut v = vec![0u8; 65536 / 8];
     for &p in ports {
-        words[usize::from(p / 64)] |= 1 << (p % 64);
+        set_port(&mut v, p);
     }
-    words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+    v
+}
+
+/// Sets port `p`'s bit in a `ports` map value (see [`ports_bitmap`]).
+pub fn set_port(bitmap: &mut [u8], p: u16) {
+    let w = usize::from(p / 64) * 8;
+    let word = u64::from_ne_bytes(bitmap[w..w + 8].try_into().expect("8 bytes")) | 1 << (p % 64);
+    bitmap[w..w + 8].copy_from_slice(&word.to_ne_bytes());
 }
 
 /// Loads and configures the programs for `opts` (which `validate` accepted): the constants of

@@ -116,11 +116,10 @@ impl Fx {
         m.ports
             .update(
                 &0u32.to_ne_bytes(),
-                &inkcache::attach::ports_bitmap(&[]),
+                &inkcache::attach::ports_bitmap(&[packet::PORT]),
                 MapFlags::ANY,
             )
             .unwrap();
-        self.add_port(packet::PORT);
         self.set_iface(&server_iface(0));
         let cpus = libbpf_rs::num_possible_cpus().unwrap();
         let zero = vec![vec![0u8; 8]; cpus];
@@ -205,9 +204,7 @@ impl Fx {
             .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
             .unwrap()
             .unwrap();
-        let w = usize::from(port / 64) * 8;
-        let word = u64::from_ne_bytes(v[w..w + 8].try_into().unwrap()) | 1 << (port % 64);
-        v[w..w + 8].copy_from_slice(&word.to_ne_bytes());
+        inkcache::attach::set_port(&mut v, port);
         m.update(&0u32.to_ne_bytes(), &v, MapFlags::ANY).unwrap();
     }
 
