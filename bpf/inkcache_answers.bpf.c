@@ -230,7 +230,7 @@ __noinline int egress_stream(struct __sk_buff *skb, __u32 payload_off, __u32 ple
 			n = CHUNK;
 		if (n == 0)
 			goto release_lost;
-		n = size_1_2048(n);
+		n = chunk_len(n);
 		part &= 511;
 		if (bpf_skb_load_bytes(skb, payload_off + off, &s->buf[part], n))
 			goto release_lost;
@@ -318,7 +318,7 @@ __noinline int udp_reply(struct __sk_buff *skb, __u32 off, __u32 plen)
 	}
 	req_ts = rv->ts_ns;
 	barrier_var(plen);
-	if (bpf_skb_load_bytes(skb, off, s->buf, size_1_2048(plen)))
+	if (bpf_skb_load_bytes(skb, off, s->buf, ((plen - 1) & 2047) + 1))
 		return 0;
 	/* the request stays remembered until the message that ends its reply */
 	if (buf_eq(s, plen - 5, "END\r\n", 5))

@@ -77,7 +77,7 @@ __noinline int walk_skb(struct __sk_buff *skb, __u32 off, __u32 plen, __u32 bina
 				n = CHUNK;
 			if (n == 0)
 				goto unsure;
-			n = size_1_2048(n);
+			n = chunk_len(n);
 			if (bpf_skb_load_bytes(skb, off, s->buf, n))
 				goto unsure;
 			e = scan_eol(0, n);
@@ -102,7 +102,7 @@ __noinline int walk_skb(struct __sk_buff *skb, __u32 off, __u32 plen, __u32 bina
 			n = CHUNK;
 		if (n == 0)
 			goto unsure;
-		n = size_1_2048(n);
+		n = chunk_len(n);
 		part &= 511;
 		if (bpf_skb_load_bytes(skb, off, &s->buf[part], n))
 			goto unsure;

@@ -52,7 +52,7 @@ __noinline int skb_to_datagram(struct __sk_buff *skb, __u32 len)
 	if (new_len != skb->len && bpf_skb_change_tail(skb, new_len, 0))
 		return 1;
 	barrier_var(len);
-	if (bpf_skb_store_bytes(skb, p.payload_off & 127, s->out, size_1_2048(len), 0))
+	if (bpf_skb_store_bytes(skb, p.payload_off & 127, s->out, ((len - 1) & 2047) + 1, 0))
 		return 1;
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
@@ -132,7 +132,7 @@ static __always_inline int answer(struct __sk_buff *skb, __u32 magic)
 	if (fh.seq != 0 || fh.total != bpf_htons(1))
 		goto not_get;
 	plen -= UDP_HDR_MC; /* 7..PAYLOAD_MAX */
-	plen = size_1_2048(plen); /* the same, as older verifiers (6.1) can follow it */
+	plen = ((plen - 1) & 2047) + 1; /* the same, as older verifiers (6.1) can follow it */
 	if (bpf_skb_load_bytes(skb, s->pk.payload_off + UDP_HDR_MC, s->buf, plen))
 		return pass_on(&s->pk, fh.req_id);
 	if (buf_eq(s, 0, "get ", 4))

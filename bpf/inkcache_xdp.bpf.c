@@ -125,7 +125,8 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 			return -1; /* cannot happen: the head just grew by delta */
 	}
 	/* out_len is 8..1400 (checked above); restate it so the verifier sees the bound */
-	__u32 n = size_1_2048(out_len);
+	barrier_var(out_len);
+	__u32 n = ((out_len - 1) & 2047) + 1;
 	if (bpf_xdp_store_bytes(ctx, mc_off, s->out, n))
 		return -1;
 
@@ -269,7 +270,7 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 		return XDP_PASS;
 	}
 	/* plen is 6..PAYLOAD_MAX (checked above); restate it so the verifier sees the bound */
-	plen = size_1_2048(plen);
+	plen = ((plen - 1) & 2047) + 1;
 	if (bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen)) {
 		stat_inc(ST_ERRORS);
 		return XDP_PASS;

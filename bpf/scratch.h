@@ -150,16 +150,6 @@ struct {
 /* Byte i of scratch.out, masked behind a barrier in the same way. */
 #define OUTB(s, i) (*({ __u32 __i = (i); barrier_var(__i); &(s)->out[__i & OUT_MASK]; }))
 
-/* A helper's size argument n (1..2048, checked by the caller) restated as arithmetic every
- * verifier follows: older ones (6.1) learn no lower bound from `n != 0` or from a signed compare,
- * and a size must not be 0. Identity on 1..2048; at the callers' offsets, 2048 bytes stay inside
- * the scratch map's value, which is what the verifier checks. */
-static __always_inline __u32 size_1_2048(__u32 n)
-{
-	barrier_var(n);
-	return ((n - 1) & 2047) + 1;
-}
-
 static __always_inline struct scratch *get_scratch(void)
 {
 	__u32 zero = 0;

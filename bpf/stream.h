@@ -34,6 +34,16 @@
 /* Steps per segment: up to 64 KiB (GSO on loopback and veth egress) plus skipped data. */
 #define CHUNKS_MAX 48
 
+/* A chunk's length n (1..CHUNK, checked by the caller) restated as arithmetic the verifier
+ * follows: older verifiers (6.1) learn no lower bound from `n != 0` or a signed compare, and a
+ * helper's size argument must not be 0. Identity for 1..2048; the scratch map's value has room
+ * for buf[part <= 511] plus 2048. */
+static __always_inline __u32 chunk_len(__u32 n)
+{
+	barrier_var(n);
+	return ((n - 1) & 2047) + 1;
+}
+
 /* A walk over scratch.buf[pos, len) (the client's commands at ingress, the server's answers at
  * egress), one line per bpf_loop iteration: `ret` is where it stopped (the start of a line not
  * complete yet, or len), or -1 when it could not be sure. */
