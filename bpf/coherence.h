@@ -368,10 +368,12 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 
 	}
 	if (set->stable_since < until)
 		set->stable_since = until;
+	set_write_begin(set);
 	for (__u32 w = 0; w < WAYS; w++) {
 		if (set->tag[w] == tag && set->way[w].key_len == len)
 			set->tag[w] = 0;
 	}
+	set_write_end(set);
 	bpf_spin_unlock(&set->lock);
 	hint_put(off, len, h, exp, (how & ~INV_SERVER) >> INV_META_SHIFT);
 	stat_inc(ST_INVALIDATIONS);

@@ -27,4 +27,18 @@ static __always_inline __u32 csum_words(const __u16 *p, int n)
 	return s;
 }
 
+/* A 64-bit sum of 32-bit halves of words laid from byte `off` of a message, as the 16-bit sum
+ * (memory order) it adds to the message's: folded, and its bytes swapped if off is odd (the
+ * message pairs those bytes the other way; a ones' complement sum commutes with the swap). */
+static __always_inline __u32 csum_at(__u64 acc, __u32 off)
+{
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	acc = (acc & 0xffff) + (acc >> 16);
+	acc = (acc & 0xffff) + (acc >> 16);
+	if (off & 1)
+		acc = ((acc & 0xff) << 8) | (acc >> 8);
+	return (__u32)acc;
+}
+
 #endif

@@ -124,7 +124,9 @@ struct ink_set {
 	__u64 open_since;      /* ktime of the latest of them */
 	__u64 stable_since;    /* replies to requests that arrived before this may not fill */
 	__u32 gen;             /* server generation `open` counts in (a restart voids the count) */
-	__u32 pad;
+	__u32 seq;             /* odd while a writer (holding the lock) changes tags or ways: lookups
+				* read the set without the lock and miss if it moved (table.h); the
+				* high half of the 64-bit word at gen, which its atomic adds update */
 	__u32 tag[WAYS];       /* way w's key: low 32 bits of its hash, never 0; 0 = empty */
 	struct ink_way way[WAYS];
 };

@@ -20,6 +20,7 @@
 #include "meta.h"
 #include "host.h"
 #include "xsk.h"
+#include "pktcopy.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -37,12 +38,15 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 	} while (0)
 
 /* What XDP learned of each interface's frames (per CPU, slot ifindex % 64): the smallest growth
- * a frame could not take. A reply needing as much goes to TC ingress without being composed here
- * first. Forgotten after a second, so one odd frame cannot send replies the slow way for long. */
+ * a frame could not take (a reply needing as much goes to TC ingress without being composed here
+ * first; forgotten after a second, so one odd frame cannot send replies the slow way for long),
+ * and whether its frames have no tailroom. */
 struct xdp_room {
 	__u32 ifindex;
-	__u32 fail_min;        /* smallest growth that failed */
-	__u64 until_ns;        /* valid until */
+	__u32 fail_min;        /* smallest growth that failed (0: none known) */
+	__u64 until_ns;        /* fail_min valid until */
+	__u32 no_tail;         /* the frames have no tailroom (veth, generic XDP): grow at the head */
+	__u32 skips;           /* replies grown at the head since the tail was last tried */
 };
 
 struct {
@@ -54,13 +58,55 @@ struct {
 
 #define ROOM_RELEARN_NS 1000000000ULL
 
+#define TAIL_RETRY 256 /* the tail is tried again every this many replies */
+
+/* The interface's slot, taken over if another interface had it. */
+static __always_inline struct xdp_room *room_of(struct xdp_md *ctx)
+{
+	__u32 slot = ctx->ingress_ifindex & 63;
+	struct xdp_room *r = bpf_map_lookup_elem(&xdp_room, &slot);
+
+	if (r && r->ifindex != ctx->ingress_ifindex) {
+		r->ifindex = ctx->ingress_ifindex;
+		r->fail_min = 0;
+		r->until_ns = 0;
+		r->no_tail = 0;
+		r->skips = 0;
+	}
+	return r;
+}
+
+/* Whether to try growing the frame at the tail: not where it failed before (a failing try costs
+ * a helper call per reply), except every TAIL_RETRY replies. */
+static __always_inline int try_tail(struct xdp_md *ctx)
+{
+	struct xdp_room *r = room_of(ctx);
+
+	if (!r || !r->no_tail)
+		return 1;
+	if (++r->skips % TAIL_RETRY)
+		return 0;
+	r->no_tail = 0; /* set again if the tail still fails */
+	return 1;
+}
+
+static __always_inline void tail_failed(struct xdp_md *ctx)
+{
+	struct xdp_room *r = room_of(ctx);
+
+	if (r)
+		r->no_tail = 1;
+}
+
 /* The longest reply (UDP payload) the frame is known to take, or DGRAM_MAX if nothing is known. */
-static __always_inline __u32 frame_room(struct xdp_md *ctx, struct pkt *p, __u64 now)
+static __always_inline __u32 frame_room(struct xdp_md *ctx, struct pkt *p)
 {
 	__u32 slot = ctx->ingress_ifindex & 63, frame_len;
 	struct xdp_room *r = bpf_map_lookup_elem(&xdp_room, &slot);
 
-	if (!r || r->ifindex != ctx->ingress_ifindex || now >= r->until_ns || !r->fail_min)
+	/* the clock only where something was learnt */
+	if (!r || r->ifindex != ctx->ingress_ifindex || !r->fail_min ||
+	    bpf_ktime_get_ns() >= r->until_ns)
 		return DGRAM_MAX;
 	frame_len = (void *)(long)ctx->data_end - (void *)(long)ctx->data;
 	barrier_var(frame_len); /* else clang adds to pkt_end, which the verifier refuses */
@@ -70,29 +116,29 @@ static __always_inline __u32 frame_room(struct xdp_md *ctx, struct pkt *p, __u64
 	return frame_len + r->fail_min - 1 - p->payload_off;
 }
 
-static __always_inline void learn_room(struct xdp_md *ctx, __u32 delta, __u64 now)
+static __always_inline void learn_room(struct xdp_md *ctx, __u32 delta)
 {
-	__u32 slot = ctx->ingress_ifindex & 63;
-	struct xdp_room *r = bpf_map_lookup_elem(&xdp_room, &slot);
+	struct xdp_room *r = room_of(ctx);
+	__u64 now = bpf_ktime_get_ns();
 
 	if (!r)
 		return;
-	if (r->ifindex == ctx->ingress_ifindex && now < r->until_ns) {
+	if (r->fail_min && now < r->until_ns) {
 		if (delta < r->fail_min)
 			r->fail_min = delta;
 		return;
 	}
-	r->ifindex = ctx->ingress_ifindex;
 	r->fail_min = delta;
 	r->until_ns = now + ROOM_RELEARN_NS;
 }
 
-/* Turns the request frame into the reply held in scratch.out[0, out_len) (frame header included),
- * growing it at the tail or, where the driver leaves no tailroom (veth, generic XDP), at the head
- * with the headers moved forward. Returns 0; or, if the frame cannot take the reply (the packet is
- * then unchanged), the growth it needed (> 0), or -1 for other failures. */
+/* Turns the request frame into the reply held in scratch.out[0, out_len) (frame header included,
+ * its sum `psum`, csum.h), growing it at the tail or, where the driver leaves no tailroom (veth,
+ * generic XDP), at the head with the headers moved forward. Returns 0; or, if the frame cannot
+ * take the reply (the packet is then unchanged), the growth it needed (> 0), or -1 for other
+ * failures. */
 static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, struct pkt *p,
-				       __u32 out_len)
+				       __u32 out_len, __u32 psum)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	__u32 mc_off = p->payload_off;               /* memcached frame header */
@@ -104,7 +150,7 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 
 	if (mc_off < 42 || mc_off > 120 || out_len > DGRAM_MAX || out_len < UDP_HDR_MC)
 		return -1;
-	if (delta != 0 && bpf_xdp_adjust_tail(ctx, delta) != 0) {
+	if (delta != 0 && (delta < 0 || try_tail(ctx) ? bpf_xdp_adjust_tail(ctx, delta) : -1)) {
 		if (delta < 0)
 			return -1;
 		if (delta > 512)
@@ -117,17 +163,18 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 			    * compiler could fold into another register */
 		if (hl < 42)
 			return -1;
-		if (bpf_xdp_load_bytes(ctx, 0, s->hdr, hl))
-			return -1;
 		if (bpf_xdp_adjust_head(ctx, -delta))
 			return delta;
-		if (bpf_xdp_store_bytes(ctx, 0, s->hdr, hl))
+		tail_failed(ctx);
+		/* the headers, now `delta` bytes in, move to the front (they were parsed by direct
+		 * access: they are in the linear part) */
+		if (pkt_move_down(ctx, delta, hl))
 			return -1; /* cannot happen: the head just grew by delta */
 	}
 	/* out_len is 8..1400 (checked above); restate it so the verifier sees the bound */
 	barrier_var(out_len);
 	__u32 n = ((out_len - 1) & 2047) + 1;
-	if (bpf_xdp_store_bytes(ctx, mc_off, s->out, n))
+	if (pkt_store(ctx, mc_off, s->out, n) && bpf_xdp_store_bytes(ctx, mc_off, s->out, n))
 		return -1;
 
 	data = (void *)(long)ctx->data;
@@ -138,7 +185,7 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 	__u16 *ck = data + (ck_off & 127);
 	if ((void *)(ck + 1) > data_end)
 		return -1;
-	__u16 c = csum_fold(csum_add(csum_add(pseudo, udp_sum), reply_payload_sum(s, out_len)));
+	__u16 c = csum_fold(csum_add(csum_add(pseudo, udp_sum), psum));
 	*ck = c ? c : 0xffff;
 	return 0;
 }
@@ -171,7 +218,6 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 				      __u32 plen, __u16 req_id, __u32 want_cas)
 {
 	int n = parse_get_keys(want_cas ? 5 : 4, plen), out, r;
-	__u64 now = bpf_ktime_get_ns(); /* one clock read for every key of the request */
 	__u32 bound, limit;
 
 	STAGE(STAGE_KEYS);
@@ -196,8 +242,9 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		return XDP_PASS;
 	}
 	STAGE(STAGE_BOUND);
-	limit = frame_room(ctx, p, now);
-	out = compose_reply(n, req_id, want_cas, limit < bound ? limit : bound, now);
+	limit = frame_room(ctx, p);
+	/* now 0: the clock is read only if an item has an expiry, once for every key */
+	out = compose_reply(n, req_id, want_cas, limit < bound ? limit : bound, 0);
 	if (out < 0) {
 		if (count_unanswerable(s, out, bound)) {
 			/* a multi-key get with a key missing: the others may hit; TC ingress answers
@@ -212,13 +259,13 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 	}
 	STAGE(STAGE_COMPOSED);
-	r = build_reply(ctx, s, p, out);
+	r = build_reply(ctx, s, p, out, (__u32)s->lk.sum);
 	if (r == 0) {
 		stat_inc(ST_HITS);
 		return XDP_TX;
 	}
 	if (r > 0)
-		learn_room(ctx, r, now);
+		learn_room(ctx, r);
 	return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 }
 
@@ -233,7 +280,7 @@ static __always_inline int handle_mg(struct xdp_md *ctx, struct scratch *s, stru
 
 	if (r > 0) {
 		put_frame_header(s, req_id);
-		if (build_reply(ctx, s, p, r) == 0) {
+		if (build_reply(ctx, s, p, r, reply_payload_sum(s, r)) == 0) {
 			stat_inc(ST_HITS);
 			return XDP_TX;
 		}
@@ -246,6 +293,10 @@ static __always_inline int handle_mg(struct xdp_md *ctx, struct scratch *s, stru
 	return XDP_PASS;
 }
 
+#define VERB_GET  1
+#define VERB_GETS 2
+#define VERB_MG   3
+
 /* A UDP datagram to the server: the memcached frame header, then one request. Gets (get, gets,
  * mg) are answered when every key hits; everything else passes (writes are walked where the
  * server's socket receives them: inkcache_requests.bpf.c). */
@@ -253,7 +304,7 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct mc_udp_hdr *fh = data + (p->payload_off & 127);
-	__u32 plen, fsum;
+	__u32 plen, fsum, verb = 0;
 	__u16 req_id;
 
 	if (p->payload_len < UDP_HDR_MC || (void *)(fh + 1) > data_end) {
@@ -271,22 +322,32 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 	}
 	/* plen is 6..PAYLOAD_MAX (checked above); restate it so the verifier sees the bound */
 	plen = ((plen - 1) & 2047) + 1;
-	if (bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen)) {
+	if (pkt_load(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen) &&
+	    bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen)) {
 		stat_inc(ST_ERRORS);
 		return XDP_PASS;
 	}
 	STAGE(STAGE_LOADED);
-	if (plen >= 7 && buf_eq(s, 0, "get ", 4)) {
-		if (!host_delivers(ctx, s, p, plen, fsum))
-			return XDP_PASS;
-		STAGE(STAGE_HOST);
-		return handle_get(ctx, s, p, plen, req_id, 0);
+	if (plen >= 7 && buf_eq(s, 0, "get ", 4))
+		verb = VERB_GET;
+	else if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
+		verb = VERB_GETS;
+	else if (buf_eq(s, 0, "mg ", 3) && !p->ip_opts)
+		verb = VERB_MG;
+	if (!verb) {
+		stat_inc(ST_PASSED);
+		return XDP_PASS;
 	}
-	if (plen >= 8 && buf_eq(s, 0, "gets ", 5))
-		return host_delivers(ctx, s, p, plen, fsum) ? handle_get(ctx, s, p, plen, req_id, 1)
-						      : XDP_PASS;
-	if (buf_eq(s, 0, "mg ", 3) && !p->ip_opts && host_delivers(ctx, s, p, plen, fsum) &&
-	    handle_mg(ctx, s, p, plen, req_id) == XDP_TX)
+	/* one place for the host checks and one for gets: each is inlined once */
+	if (!host_delivers(ctx, s, p, plen, fsum)) {
+		if (verb == VERB_MG)
+			stat_inc(ST_PASSED);
+		return XDP_PASS;
+	}
+	STAGE(STAGE_HOST);
+	if (verb != VERB_MG)
+		return handle_get(ctx, s, p, plen, req_id, verb == VERB_GETS);
+	if (handle_mg(ctx, s, p, plen, req_id) == XDP_TX)
 		return XDP_TX;
 	stat_inc(ST_PASSED);
 	return XDP_PASS;

@@ -34,8 +34,9 @@
 
 /* Splits "get <key>[ <key>...]\r\n" or "gets ..." (the keys starting at `pos`) into keys. Returns
  * the number of keys, or -1 if the request is not in the canonical form the kernel answers (such
- * requests pass to the server, which has the last word on them). */
-__noinline int parse_get_keys(__u32 pos, __u32 len)
+ * requests pass to the server, which has the last word on them). Inlined: a call costs on the
+ * hit path, and its loop is short (each token's scan is scan_token's, checked once). */
+static __always_inline int parse_get_keys(__u32 pos, __u32 len)
 {
 	struct scratch *s = get_scratch();
 	__u32 n = 0;
@@ -66,12 +67,18 @@ __noinline int parse_get_keys(__u32 pos, __u32 len)
 	return -1;
 }
 
+/* The sum (csum.h) "END\r\n" adds at an even offset of a message. */
+#define END_SUM ((__u32)'E' + ('N' << 8) + 'D' + ('\r' << 8) + '\n')
+
 /* Composes the reply to the n keys parse_get_keys found (want_cas: "gets") in scratch.out, frame
- * header (request id req_id, network order) included, serving items not expired at `now`. Returns
- * its length, at most `limit`, or RP_MISS / RP_EXPIRED if a key has no servable item, or RP_OVER
- * if the reply would be longer than `limit` (scratch.need then holds the length reached: the reply
- * needs at least that much). */
-__noinline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit, __u64 now)
+ * header (request id req_id, network order) included, serving items not expired at `now` (0: the
+ * clock is read only if an item has an expiry, see table_lookup). Returns its length, at most
+ * `limit`, with its sum (csum.h) in scratch.lk.sum; or RP_MISS / RP_EXPIRED if a key has no
+ * servable item, or RP_OVER if the reply would be longer than `limit` (scratch.need then holds the
+ * length reached: the reply needs at least that much). Inlined (a call costs on the hit path):
+ * each key's lookup is table_lookup's, checked once. */
+static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit,
+					 __u64 now)
 {
 	struct scratch *s = get_scratch();
 	__u32 out = UDP_HDR_MC;
@@ -79,6 +86,8 @@ __noinline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit,
 
 	if (!s)
 		return RP_MISS;
+	s->lk.now = 0;
+	s->lk.sum = 0;
 	if (limit > DGRAM_MAX)
 		limit = DGRAM_MAX;
 	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
@@ -95,6 +104,8 @@ __noinline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit,
 		return RP_OVER;
 	}
 	__builtin_memcpy(&s->out[out & 2047], "END\r\n", 5);
+	/* the frame header's words: the id, sequence 0, one datagram, 0 */
+	s->lk.sum += csum_at(END_SUM, out) + id + bpf_htons(1);
 	out += 5;
 	put_frame_header(s, id);
 	return out;

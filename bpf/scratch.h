@@ -120,6 +120,8 @@ struct scratch {
 		__u32 cas;             /* length of its " <cas>", 0 if none */
 		__u32 flags;           /* its way's WAY_* */
 		__u32 pad;
+		__u64 now;             /* the clock for the request's keys, 0 until one needs it */
+		__u64 sum;             /* copy_to_out: the copied bytes' sum (32-bit halves of words) */
 	} lk;
 	struct {                     /* meta_flags' state: in map memory, whose values the verifier
 				      * does not follow (flag combinations as register constants

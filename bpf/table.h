@@ -3,10 +3,12 @@
  * inkcache_common.h). Lookup, fill, and the log's reservation and promotion.
  *
  * A fill reserves room at the log head with an atomic add, writes the item there without a lock,
- * then takes its set's lock to publish it in a way. A lookup takes the set's lock only to read the
- * way, copies the item out without a lock, and then checks that no fill has reserved the item's
- * bytes since (the head has not moved a whole arena past it): the copy is then the item as
- * published. The key is compared in full on the copy.
+ * then takes its set's lock to publish it in a way. Writers of tags and ways hold the set's lock
+ * and make its sequence count odd while they write (set_write_begin/end). A lookup takes no lock:
+ * it reads the count, the way, copies the item out, and then checks that no fill has reserved the
+ * item's bytes since (the head has not moved a whole arena past it) and that the count has not
+ * moved: the copy is then the item as published. The key is compared in full on the copy. A
+ * lookup that meets a writer reports a miss (the server answers: slower, never wrong).
  *
  * Each set also carries its coherence state (written by coherence.h): when a key of it was last
  * written (stable_since) and how many writes the server has not answered yet (open). A reply may
@@ -20,6 +22,7 @@
 #include "maps.h"
 #include "scratch.h"
 #include "proto.h"
+#include "csum.h"
 
 #define NS_PER_SEC 1000000000LL
 
@@ -86,23 +89,36 @@ __noinline int copy_to_seg(__u32 segi, __u32 soff, __u32 src, __u32 n, __u32 fro
 	return 0;
 }
 
-/* Copies n bytes at byte soff + skip (skip < 512) of segment `segi` to scratch.out at `dst`. */
+/* Copies n bytes at byte soff + skip (skip < 512) of segment `segi` to scratch.out at `dst`, and
+ * adds their sum, as they lie at dst in the reply, to scratch.lk.sum: the reply's checksum is
+ * summed while it is composed, not read again (a word's 32-bit halves summed in 64 bits, folded to
+ * 16 bits, bytes swapped if dst is odd: the words pair the other way in the reply). */
 __noinline int copy_to_out(__u32 segi, __u32 soff, __u32 skip, __u32 dst, __u32 n)
 {
 	struct scratch *s = get_scratch();
 	struct ink_seg *seg = bpf_map_lookup_elem(&arena, &segi);
 	__u32 base = (soff & (SEG_BYTES - 1)) + (skip & 511); /* masks the verifier follows */
+	__u64 acc = 0;
 
 	if (!s || !seg || n > ITEM_CAP)
 		return -1;
 	for (__u32 c = 0; c < ITEM_CAP / 16; c++) {
 		__u32 o = c * 16, to = (dst + o) & OUT_MASK, from = base + o;
+		__u64 a, b;
 		if (o >= n)
 			break;
 		barrier_var(to);
-		STORE64(&s->out[to], LOAD64(&seg->b[from]));
-		STORE64(&s->out[to + 8], LOAD64(&seg->b[from + 8]));
+		a = LOAD64(&seg->b[from]);
+		b = LOAD64(&seg->b[from + 8]);
+		STORE64(&s->out[to], a);
+		STORE64(&s->out[to + 8], b);
+		if (n - o < 16) { /* the last step: only the bytes before n count */
+			a = low_bytes(a, n - o);
+			b = n - o > 8 ? low_bytes(b, n - o - 8) : 0;
+		}
+		acc += (a & 0xffffffff) + (a >> 32) + (b & 0xffffffff) + (b >> 32);
 	}
+	s->lk.sum += csum_at(acc, dst);
 	return 0;
 }
 
@@ -130,6 +146,36 @@ static __always_inline int arena_reserve(struct ink_global *g, __u32 units, __u6
 		}
 	}
 	return -1;
+}
+
+/* The set's sequence count is ink_set.seq, updated as the high half of the 64-bit word at gen:
+ * the BPF target without alu32 has no fetching 32-bit atomic add. gen, the low half, is written
+ * only under the lock, by plain stores that atomic adds of the whole word cannot lose. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "seq is the high half of gen's word");
+_Static_assert(__builtin_offsetof(struct ink_set, gen) % 8 == 0 &&
+		       __builtin_offsetof(struct ink_set, seq) ==
+			       __builtin_offsetof(struct ink_set, gen) + 4,
+	       "gen and seq share an aligned word");
+#define SEQ_ONE (1ULL << 32)
+
+static __always_inline __u64 set_seq_add(struct ink_set *set, __u64 v)
+{
+	return __sync_fetch_and_add((__u64 *)&set->gen, v);
+}
+
+/* A writer holding the set's lock is about to change its tags or ways (set_write_begin) or has
+ * done so (set_write_end). Atomic adds with fetch: full barriers on every architecture, so a
+ * lookup that saw the count even before and unchanged after read no half-written way. */
+static __always_inline void set_write_begin(struct ink_set *set)
+{
+	__u64 v = set_seq_add(set, SEQ_ONE);
+	barrier_var(v); /* used: the fetching (ordered) form of the add */
+}
+
+static __always_inline void set_write_end(struct ink_set *set)
+{
+	__u64 v = set_seq_add(set, SEQ_ONE);
+	barrier_var(v);
 }
 
 /* Whether a way holds nothing worth keeping at time `now` (log head `head`). */
@@ -203,6 +249,7 @@ __noinline int promote(__u64 h, __u32 klen, __u32 old_pos, __u32 src, __u32 len)
 	if (copy_to_seg(seg_index(p, &soff), soff, src, len, COPY_FROM_OUT))
 		return -1;
 	bpf_spin_lock(&set->lock);
+	set_write_begin(set);
 	for (__u32 w = 0; w < WAYS; w++) {
 		struct ink_way *x = &set->way[w];
 		if (set->tag[w] == tag && x->key_len == klen && x->pos == old_pos) {
@@ -210,22 +257,26 @@ __noinline int promote(__u64 h, __u32 klen, __u32 old_pos, __u32 src, __u32 len)
 			break;
 		}
 	}
+	set_write_end(set);
 	bpf_spin_unlock(&set->lock);
 	stat_inc(ST_PROMOTED);
 	return 0;
 }
 
 /* Appends key k's item to scratch.out at out_off: in `get` form (without the CAS), or with
- * want_cas in `gets` form (only if its CAS is known). Returns the bytes appended, or LK_*;
- * LK_FULL (nothing copied) if the reply would then be longer than `limit` with "END\r\n" added. */
+ * want_cas in `gets` form (only if its CAS is known), serving it if not expired at `now` (0: the
+ * clock is read if the item has an expiry, once per request: see compose_reply). Returns the
+ * bytes appended, or LK_*; LK_FULL (nothing copied) if the reply would then be longer than
+ * `limit` with "END\r\n" added. Adds the appended bytes' sum to scratch.lk.sum (csum.h). */
 __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, __u32 limit)
 {
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
 	struct ink_set *set;
-	__u32 koff, klen, tag, pos = 0, len = 0, hdr = 0, cas = 0, first, out_len, soff, segi;
+	__u32 koff, klen, tag, pos = 0, len = 0, hdr = 0, cas = 0, first, out_len, soff, segi, seq;
 	__u64 h, flush, head, p;
-	int ret = LK_MISS, found = 0;
+	int found = 0, no_cas = 0;
+	__u64 exp = 0;
 
 	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
 		return LK_MISS;
@@ -240,20 +291,17 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	tag = tag_of(h);
 	flush = g->flush_ns;
 
-	bpf_spin_lock(&set->lock);
+	seq = set_seq_add(set, 0) >> 32; /* a full barrier: the way is read after it */
+	if (seq & 1)
+		return LK_MISS; /* a writer is in the set */
 	for (__u32 w = 0; w < WAYS; w++) {
 		struct ink_way *x = &set->way[w];
 		if (set->tag[w] != tag || x->key_len != klen)
 			continue;
 		if (x->len == 0 || x->filled_ns <= flush)
 			break;
-		if (now >= x->expire_ns) {
-			ret = LK_EXPIRED;
-			break;
-		}
-		if ((want_cas & LKM_CAS) && !x->cas_len)
-			break;
-		s->lk.exp = x->expire_ns;
+		exp = x->expire_ns;
+		no_cas = (want_cas & LKM_CAS) && !x->cas_len;
 		s->lk.flags = x->flags;
 		pos = x->pos;
 		len = x->len;
@@ -262,9 +310,24 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 		found = 1;
 		break;
 	}
-	bpf_spin_unlock(&set->lock);
 	if (!found)
-		return ret;
+		return LK_MISS;
+	/* an item that never expires needs no clock; else the clock is read once per request
+	 * (now == 0: read here, kept in scratch.lk.now for the request's other keys) */
+	if (exp != EXP_NEVER) {
+		if (!now) {
+			now = s->lk.now;
+			if (!now) {
+				now = bpf_ktime_get_ns();
+				s->lk.now = now;
+			}
+		}
+		if (now >= exp)
+			return LK_EXPIRED;
+	}
+	if (no_cas)
+		return LK_MISS;
+	s->lk.exp = exp;
 
 	if (len > ITEM_CAP || hdr < klen + 12 + cas || hdr > len)
 		return LK_MISS;
@@ -298,9 +361,10 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	}
 	if ((out_word(s, out_off + 6 + klen) & 0xff) != ' ')
 		return LK_MISS;
-	/* nothing reserved the item's bytes while we copied them */
+	/* nothing reserved the item's bytes while we copied them (head_now is a full barrier: the
+	 * way and the item were read before it, the count after it), and no writer changed the set */
 	head = head_now(g);
-	if (head - p > arena_units())
+	if (head - p > arena_units() || *(volatile __u32 *)&set->seq != seq)
 		return LK_MISS;
 	/* an item about to be overwritten that is still read moves to the head (approximates LRU) */
 	if (head - p > arena_units() / 4 * 3 && first == len)
@@ -346,6 +410,7 @@ __noinline int table_fill(void)
 		w = pick_way(set, tag, s->fa.klen, now, head, g->flush_ns);
 		if (w < WAYS) {
 			struct ink_way *x = &set->way[w];
+			set_write_begin(set);
 			set->tag[w] = tag;
 			x->pos = (__u32)p;
 			x->expire_ns = s->fa.exp;
@@ -355,6 +420,7 @@ __noinline int table_fill(void)
 			x->key_len = s->fa.klen;
 			x->cas_len = s->fa.cas;
 			x->flags = s->fa.flags;
+			set_write_end(set);
 		}
 	}
 	bpf_spin_unlock(&set->lock);

@@ -197,6 +197,23 @@ impl Fx {
         x.action
     }
 
+    /// Adds `by` to the sequence count of `key`'s index set (struct ink_set.seq): odd says a
+    /// writer is changing the set (table.h).
+    pub fn add_set_seq(&self, key: &str, by: u32) {
+        use inkcache::skel::xdp::types::ink_set;
+        let h = inkcache::key_hash(HASH_SEED, key.as_bytes());
+        let idx = (((h >> 32) * u64::from(self.l.layout.sets)) >> 32) as u32;
+        let m = &self.l.xdp.maps.sets;
+        let mut v = m
+            .lookup(&idx.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .expect("the set");
+        let at = std::mem::offset_of!(ink_set, seq);
+        let seq = u32::from_ne_bytes(v[at..at + 4].try_into().unwrap()).wrapping_add(by);
+        v[at..at + 4].copy_from_slice(&seq.to_ne_bytes());
+        m.update(&idx.to_ne_bytes(), &v, MapFlags::ANY).unwrap();
+    }
+
     /// Adds `port` to the server's ports.
     pub fn add_port(&self, port: u16) {
         let m = &self.l.xdp.maps.ports;
