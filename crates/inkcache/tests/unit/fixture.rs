@@ -55,14 +55,19 @@ impl Fx {
         Fx::load_sized(stop_stage, 1)
     }
 
-    /// As `load`, with a cache of `cache_mb` (the measurements that fill many keys).
+    /// As `load`, with a cache of `cache_mb` (the measurements that fill many keys: over 1 MB,
+    /// the expiry hints table has its production size too, so every key written keeps its hint).
     pub fn load_sized(stop_stage: u32, cache_mb: u32) -> Fx {
         let opts = AttachOpts {
             cache_mb,
             quarantine_ms: QUARANTINE_MS,
             max_conns: 64,
             pending_entries: 1024,
-            ttl_hints: 1024,
+            ttl_hints: if cache_mb > 1 {
+                AttachOpts::default().ttl_hints
+            } else {
+                1024
+            },
             max_age_secs: 60,
             hash_seed: Some(HASH_SEED),
             debug_stop_stage: stop_stage,
