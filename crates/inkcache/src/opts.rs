@@ -96,8 +96,8 @@ pub struct AttachOpts {
     #[arg(skip)]
     pub any_netns: bool,
     /// Measurement only: XDP passes a get after this stage of its path (bpf/inkcache_xdp.bpf.c
-    /// STAGE_*); 0: never.
-    #[arg(skip)]
+    /// STAGE_*); 0: never. Hidden: for timing the stages live (docs/results/hitcost.md).
+    #[arg(long, hide = true, default_value_t = 0)]
     pub debug_stop_stage: u32,
 }
 
