@@ -174,7 +174,8 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 	/* out_len is 8..1400 (checked above); restate it so the verifier sees the bound */
 	barrier_var(out_len);
 	__u32 n = ((out_len - 1) & 2047) + 1;
-	if (pkt_store(ctx, mc_off, s->out, n) && bpf_xdp_store_bytes(ctx, mc_off, s->out, n))
+	if (pkt_copy(ctx, mc_off, s->out, n, TO_FRAME) &&
+	    bpf_xdp_store_bytes(ctx, mc_off, s->out, n))
 		return -1;
 
 	data = (void *)(long)ctx->data;
@@ -322,7 +323,7 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 	}
 	/* plen is 6..PAYLOAD_MAX (checked above); restate it so the verifier sees the bound */
 	plen = ((plen - 1) & 2047) + 1;
-	if (pkt_load(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen) &&
+	if (pkt_copy(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen, FROM_FRAME) &&
 	    bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen)) {
 		stat_inc(ST_ERRORS);
 		return XDP_PASS;

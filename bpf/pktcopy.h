@@ -4,9 +4,9 @@
  * more so with return-thunk mitigations) and no byte loop. They fail (-1) where the bytes are not
  * in the frame's linear part (multi-buffer frames): callers fall back to the helpers. The loops
  * test a word count derived from the length, never the length itself, and their counters are dead
- * after them: every exit leaves the same state, so the verifier walks what follows once. Offsets and lengths are
- * 64-bit and bounded on the registers used: a 32-bit value widened in a register loses its bounds
- * for the verifier. */
+ * after them: every exit leaves the same state, so the verifier walks what follows once. Offsets and
+ * lengths are 64-bit and bounded on the registers used: a 32-bit value widened in a register loses
+ * its bounds for the verifier. */
 #ifndef INKCACHE_PKTCOPY_H
 #define INKCACHE_PKTCOPY_H
 
@@ -17,8 +17,13 @@
 #define PKT_COPY_MAX DGRAM_MAX  /* longest copy */
 #define PKT_OFF_MAX  255        /* furthest start in the frame (a mask too) */
 
-/* Frame bytes [off, off + n) <- src[0, n) (map memory), 8 <= n <= PKT_COPY_MAX. */
-static __always_inline int pkt_store(struct xdp_md *ctx, __u64 off, const __u8 *src, __u64 n)
+#define TO_FRAME   1 /* pkt_copy's direction: map memory -> frame */
+#define FROM_FRAME 0 /* frame -> map memory */
+
+/* Copies n bytes (8 <= n <= PKT_COPY_MAX) between frame bytes [off, off + n) and mem[0, n): into
+ * the frame if `dir` is TO_FRAME, out of it if FROM_FRAME. `dir` is a constant at every call
+ * site, so each inlined copy keeps one direction. */
+static __always_inline int pkt_copy(struct xdp_md *ctx, __u64 off, __u8 *mem, __u64 n, int dir)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
 	__u8 *d;
@@ -38,7 +43,10 @@ static __always_inline int pkt_store(struct xdp_md *ctx, __u64 off, const __u8 *
 		barrier_var(d);
 		if ((void *)(d + 8) > end)
 			return -1;
-		*(__u64 *)d = *(const __u64 *)(src + o);
+		if (dir == TO_FRAME)
+			*(__u64 *)d = *(const __u64 *)(mem + o);
+		else
+			*(__u64 *)(mem + o) = *(__u64 *)d;
 	}
 	t = n - 8;
 	barrier_var(t); /* bounded on the register used */
@@ -49,43 +57,10 @@ static __always_inline int pkt_store(struct xdp_md *ctx, __u64 off, const __u8 *
 	barrier_var(d); /* one register for the check and the access */
 	if ((void *)(d + 8) > end)
 		return -1;
-	*(__u64 *)d = *(const __u64 *)(src + (t & 2047));
-	return 0;
-}
-
-/* dst[0, n) (map memory) <- frame bytes [off, off + n), 8 <= n <= PKT_COPY_MAX. */
-static __always_inline int pkt_load(struct xdp_md *ctx, __u64 off, __u8 *dst, __u64 n)
-{
-	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-	__u8 *d;
-	__u64 t, words;
-
-	barrier_var(n);
-	barrier_var(off);
-	if (n < 8 || n > PKT_COPY_MAX || off > PKT_OFF_MAX)
-		return -1;
-	barrier_var(off); /* the compiler keeps the masks below, which it could prove redundant */
-	words = n >> 3; /* the loop bounds this, not n: n's bounds stay the same whatever the exit */
-	for (__u64 i = 0; i < PKT_COPY_MAX / 8; i++) {
-		__u64 o = i * 8;
-		if (i >= words)
-			break;
-		d = data + (off & PKT_OFF_MAX) + o; /* masks: bounds that survive a spill */
-		barrier_var(d);
-		if ((void *)(d + 8) > end)
-			return -1;
-		*(__u64 *)(dst + o) = *(__u64 *)d;
-	}
-	t = n - 8;
-	barrier_var(t);
-	if (t > PKT_COPY_MAX - 8)
-		return -1;
-	barrier_var(t);
-	d = data + (off & PKT_OFF_MAX) + (t & 2047);
-	barrier_var(d);
-	if ((void *)(d + 8) > end)
-		return -1;
-	*(__u64 *)(dst + (t & 2047)) = *(__u64 *)d;
+	if (dir == TO_FRAME)
+		*(__u64 *)d = *(const __u64 *)(mem + (t & 2047));
+	else
+		*(__u64 *)(mem + (t & 2047)) = *(__u64 *)d;
 	return 0;
 }
 

@@ -93,7 +93,6 @@ struct b64_walk {
 struct scratch {
 	__u8 buf[SCRATCH_LEN + 64];  /* payload as received (masked indices + 16-byte chunks) */
 	__u8 out[OUT_LEN];           /* reply under construction: frame header + items + END */
-	__u8 hdr[128];               /* headers being moved when the frame grows at the head */
 	__u16 koff[32];
 	__u16 klen[32];
 	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
@@ -121,7 +120,7 @@ struct scratch {
 		__u32 flags;           /* its way's WAY_* */
 		__u32 pad;
 		__u64 now;             /* the clock for the request's keys, 0 until one needs it */
-		__u64 sum;             /* copy_to_out: the copied bytes' sum (32-bit halves of words) */
+		__u64 sum;             /* copy_to_out, compose_reply: the reply's sum so far (csum.h) */
 	} lk;
 	struct {                     /* meta_flags' state: in map memory, whose values the verifier
 				      * does not follow (flag combinations as register constants
