@@ -60,7 +60,8 @@ struct {
 
 #define TAIL_RETRY 256 /* the tail is tried again every this many replies */
 
-/* The interface's slot, taken over if another interface had it. */
+/* The interface's slot, taken over if another interface had it: looked up once per request and
+ * passed to the functions below (NULL: none; they then assume nothing is known). */
 static __always_inline struct xdp_room *room_of(struct xdp_md *ctx)
 {
 	__u32 slot = ctx->ingress_ifindex & 63;
@@ -78,10 +79,8 @@ static __always_inline struct xdp_room *room_of(struct xdp_md *ctx)
 
 /* Whether to try growing the frame at the tail: not where it failed before (a failing try costs
  * a helper call per reply), except every TAIL_RETRY replies. */
-static __always_inline int try_tail(struct xdp_md *ctx)
+static __always_inline int try_tail(struct xdp_room *r)
 {
-	struct xdp_room *r = room_of(ctx);
-
 	if (!r || !r->no_tail)
 		return 1;
 	if (++r->skips % TAIL_RETRY)
@@ -90,23 +89,19 @@ static __always_inline int try_tail(struct xdp_md *ctx)
 	return 1;
 }
 
-static __always_inline void tail_failed(struct xdp_md *ctx)
+static __always_inline void tail_failed(struct xdp_room *r)
 {
-	struct xdp_room *r = room_of(ctx);
-
 	if (r)
 		r->no_tail = 1;
 }
 
 /* The longest reply (UDP payload) the frame is known to take, or DGRAM_MAX if nothing is known. */
-static __always_inline __u32 frame_room(struct xdp_md *ctx, struct pkt *p)
+static __always_inline __u32 frame_room(struct xdp_md *ctx, struct xdp_room *r, struct pkt *p)
 {
-	__u32 slot = ctx->ingress_ifindex & 63, frame_len;
-	struct xdp_room *r = bpf_map_lookup_elem(&xdp_room, &slot);
+	__u32 frame_len;
 
 	/* the clock only where something was learnt */
-	if (!r || r->ifindex != ctx->ingress_ifindex || !r->fail_min ||
-	    bpf_ktime_get_ns() >= r->until_ns)
+	if (!r || !r->fail_min || bpf_ktime_get_ns() >= r->until_ns)
 		return DGRAM_MAX;
 	frame_len = (void *)(long)ctx->data_end - (void *)(long)ctx->data;
 	barrier_var(frame_len); /* else clang adds to pkt_end, which the verifier refuses */
@@ -116,13 +111,13 @@ static __always_inline __u32 frame_room(struct xdp_md *ctx, struct pkt *p)
 	return frame_len + r->fail_min - 1 - p->payload_off;
 }
 
-static __always_inline void learn_room(struct xdp_md *ctx, __u32 delta)
+static __always_inline void learn_room(struct xdp_room *r, __u32 delta)
 {
-	struct xdp_room *r = room_of(ctx);
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now;
 
 	if (!r)
 		return;
+	now = bpf_ktime_get_ns();
 	if (r->fail_min && now < r->until_ns) {
 		if (delta < r->fail_min)
 			r->fail_min = delta;
@@ -137,8 +132,8 @@ static __always_inline void learn_room(struct xdp_md *ctx, __u32 delta)
  * generic XDP), at the head with the headers moved forward. Returns 0; or, if the frame cannot
  * take the reply (the packet is then unchanged), the growth it needed (> 0), or -1 for other
  * failures. */
-static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, struct pkt *p,
-				       __u32 out_len, __u32 psum)
+static __always_inline int build_reply(struct xdp_md *ctx, struct xdp_room *room,
+				       struct scratch *s, struct pkt *p, __u32 out_len, __u32 psum)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	__u32 mc_off = p->payload_off;               /* memcached frame header */
@@ -150,7 +145,7 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 
 	if (mc_off < 42 || mc_off > 120 || out_len > DGRAM_MAX || out_len < UDP_HDR_MC)
 		return -1;
-	if (delta != 0 && (delta < 0 || try_tail(ctx) ? bpf_xdp_adjust_tail(ctx, delta) : -1)) {
+	if (delta != 0 && (delta < 0 || try_tail(room) ? bpf_xdp_adjust_tail(ctx, delta) : -1)) {
 		if (delta < 0)
 			return -1;
 		if (delta > 512)
@@ -165,7 +160,7 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct scratch *s, st
 			return -1;
 		if (bpf_xdp_adjust_head(ctx, -delta))
 			return delta;
-		tail_failed(ctx);
+		tail_failed(room);
 		/* the headers, now `delta` bytes in, move to the front (they were parsed by direct
 		 * access: they are in the linear part) */
 		if (pkt_move_down(ctx, delta, hl))
@@ -219,6 +214,7 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 				      __u32 plen, __u16 req_id, __u32 want_cas)
 {
 	int n = parse_get_keys(want_cas ? 5 : 4, plen), out, r;
+	struct xdp_room *room;
 	__u32 bound, limit;
 
 	STAGE(STAGE_KEYS);
@@ -243,7 +239,8 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		return XDP_PASS;
 	}
 	STAGE(STAGE_BOUND);
-	limit = frame_room(ctx, p);
+	room = room_of(ctx);
+	limit = frame_room(ctx, room, p);
 	/* now 0: the clock is read only if an item has an expiry, once for every key */
 	out = compose_reply(n, req_id, want_cas, limit < bound ? limit : bound, 0);
 	if (out < 0) {
@@ -260,13 +257,13 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 	}
 	STAGE(STAGE_COMPOSED);
-	r = build_reply(ctx, s, p, out, (__u32)s->lk.sum);
+	r = build_reply(ctx, room, s, p, out, (__u32)s->lk.sum);
 	if (r == 0) {
 		stat_inc(ST_HITS);
 		return XDP_TX;
 	}
 	if (r > 0)
-		learn_room(ctx, r);
+		learn_room(room, r);
 	return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 }
 
@@ -281,7 +278,7 @@ static __always_inline int handle_mg(struct xdp_md *ctx, struct scratch *s, stru
 
 	if (r > 0) {
 		put_frame_header(s, req_id);
-		if (build_reply(ctx, s, p, r, reply_payload_sum(s, r)) == 0) {
+		if (build_reply(ctx, room_of(ctx), s, p, r, reply_payload_sum(s, r)) == 0) {
 			stat_inc(ST_HITS);
 			return XDP_TX;
 		}
