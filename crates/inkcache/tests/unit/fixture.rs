@@ -207,7 +207,7 @@ impl Fx {
     pub fn add_set_seq(&self, key: &str, by: u32) {
         use inkcache::skel::xdp::types::ink_set;
         let h = inkcache::key_hash(HASH_SEED, key.as_bytes());
-        let idx = (((h >> 32) * u64::from(self.l.layout.sets)) >> 32) as u32;
+        let idx = inkmodel::table::set_of(h, self.l.layout.sets) as u32;
         let m = &self.l.xdp.maps.sets;
         let mut v = m
             .lookup(&idx.to_ne_bytes(), MapFlags::ANY)
