@@ -250,7 +250,7 @@ __noinline int fifo_push(__u32 set)
  * may fill again with replies to requests that arrive from `stable` on. */
 static __always_inline void settle_write(struct ink_global *g, __u32 idx, __u64 stable)
 {
-	struct ink_set *set;
+	struct ink_set_state *st;
 
 	if (idx == FLUSH_SET) {
 		/* requests that arrived before the flush was applied may carry flushed values */
@@ -259,15 +259,15 @@ static __always_inline void settle_write(struct ink_global *g, __u32 idx, __u64 
 		__sync_fetch_and_add(&g->flush_open, -1);
 		return;
 	}
-	set = bpf_map_lookup_elem(&sets, &idx);
-	if (!set)
+	st = state_of(idx);
+	if (!st)
 		return;
-	bpf_spin_lock(&set->lock);
-	if (set->gen == (__u32)g->gen && set->open)
-		set->open--;
-	if (set->stable_since < stable)
-		set->stable_since = stable;
-	bpf_spin_unlock(&set->lock);
+	bpf_spin_lock(&st->lock);
+	if (st->gen == (__u32)g->gen && st->open)
+		st->open--;
+	if (st->stable_since < stable)
+		st->stable_since = stable;
+	bpf_spin_unlock(&st->lock);
 }
 
 /* Settles the pending writes of connection scratch.ws.ck: their sets may fill again with
@@ -339,6 +339,7 @@ __noinline int settle_udp(void)
 __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 how)
 {
 	struct ink_global *g = global_state();
+	struct ink_set_state *st;
 	struct ink_set *set;
 	__u64 now, until;
 	__u32 tag, idx, exact = how & INV_EXACT, server = how & INV_SERVER;
@@ -347,7 +348,8 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 
 		return 0;
 	idx = set_index(h);
 	set = bpf_map_lookup_elem(&sets, &idx);
-	if (!set)
+	st = state_of(idx);
+	if (!set || !st)
 		return -1;
 	tag = tag_of(h);
 	/* the answer cannot pass egress before the server has this packet: pushing first is safe */
@@ -357,24 +359,23 @@ __noinline int invalidate_key_x(__u32 off, __u32 len, __u64 h, __u64 exp, __u32 
 		exact = 0;
 	now = bpf_ktime_get_ns();
 	until = exact || server ? now : now + quarantine_ns;
-	bpf_spin_lock(&set->lock);
+	bpf_spin_lock(&st->lock);
 	if (exact) {
-		if (set->gen != (__u32)g->gen) {
-			set->gen = (__u32)g->gen;
-			set->open = 0;
+		if (st->gen != (__u32)g->gen) {
+			st->gen = (__u32)g->gen;
+			st->open = 0;
 		}
-		set->open++;
-		set->open_since = now;
+		st->open++;
+		st->open_since = now;
 	}
-	if (set->stable_since < until)
-		set->stable_since = until;
-	set_write_begin(set);
+	if (st->stable_since < until)
+		st->stable_since = until;
+	/* every way with the key's tag: another key with the same tag loses its item too */
 	for (__u32 w = 0; w < WAYS; w++) {
-		if (set->tag[w] == tag && set->way[w].key_len == len)
-			set->tag[w] = 0;
+		if (WORD_TAG(way_word(set, w)) == tag)
+			way_put(set, w, 0, 0);
 	}
-	set_write_end(set);
-	bpf_spin_unlock(&set->lock);
+	bpf_spin_unlock(&st->lock);
 	hint_put(off, len, h, exp, (how & ~INV_SERVER) >> INV_META_SHIFT);
 	stat_inc(ST_INVALIDATIONS);
 	stat_inc(ST_INVAL_COMMAND);

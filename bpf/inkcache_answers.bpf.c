@@ -91,7 +91,7 @@ __noinline int fill_item(__u32 off, __u32 end, __u64 req_ts)
 	s->fa.len = item_len;
 	s->fa.hdr = hdr;
 	s->fa.cas = cas;
-	s->fa.flags = s->hint.meta_ok ? WAY_META_OK : 0;
+	s->fa.flags = s->hint.meta_ok ? ITEM_META_OK : 0;
 	stat_inc(table_fill() ? ST_FILLS : ST_FILL_SKIPPED);
 	return item_len;
 }

@@ -85,15 +85,16 @@ enum ink_stat {
 	ST_MAX,
 };
 
-/* The cache is a log of item bytes (the arena) and a set-associative index over it.
+/* The cache is a log of items (the arena) and a set-associative index over it.
  *
- * Items are appended to the arena at a global head that only grows (16-byte units); the arena is
- * a ring of SEG_BYTES segments, so an item written arena-size bytes ago is overwritten ("lapped")
- * and its index way goes stale, which every reader detects. Small items take little room: a
- * 50-byte value uses 96 bytes, not a fixed slot. An item never crosses a segment.
+ * Items (a 24-byte header, then the reply text) are appended to the arena at a global head that
+ * only grows (16-byte units); the arena is a ring of SEG_BYTES segments, so an item written
+ * arena-size bytes ago is overwritten ("lapped") and its index way goes stale, which every reader
+ * detects. Small items take little room: a 60-byte item takes 96 bytes, not a fixed slot. An item
+ * never crosses a segment.
  *
- * The index has WAYS ways per set; a key's set is picked by its hash, its way by a 32-bit tag and
- * the key length, and the key bytes in the item are compared in full. Coherence state (when
+ * The index has WAYS ways per set, a set being one cache line; a key's set is picked by its hash,
+ * its way by a 32-bit tag, and the key in the item is compared in full. Coherence state (when
  * replies may fill again) is kept per set, so every key of a set shares it (over-conservative,
  * never unsafe). */
 #define WAYS        8
@@ -102,34 +103,50 @@ enum ink_stat {
 #define SEG_SLACK   2048    /* past the end of a segment: chunked copies never leave the value */
 #define ITEM_CAP    ((ITEM_MAX + 15) / 16 * 16) /* largest item stored (ITEM_MAX rounded up) */
 
-/* A way of an index set: its tag is in the set's header (ink_set.tag), so that finding a key
- * reads one cache line, and only the way that matches is read. */
+/* A way of an index set: which item holds the key whose hash has this tag, in one 64-bit word
+ * (written with one store under the set's lock, read with one load without it). Everything else
+ * about the item is in its header in the log (struct ink_item). */
 struct ink_way {
+	__u32 tag;             /* low 32 bits of the key's hash, never 0; 0 = empty */
 	__u32 pos;             /* arena position of the item, 16-byte units (low 32 bits) */
-	__u16 len;             /* item bytes: "VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n" */
-	__u16 hdr_len;         /* bytes of the VALUE line, "\r\n" included */
-	__u64 expire_ns;       /* not served from this time on (ktime); ~0 = never */
-	__u64 filled_ns;       /* ktime of the fill (void if not after the last flush) */
-	__u8 key_len;
-	__u8 cas_len;          /* bytes of " <cas>" at the end of the VALUE line; 0: no CAS known */
-	__u8 flags;            /* WAY_* */
-	__u8 pad[5];
 };
 
-#define WAY_META_OK 1       /* the item carries no meta state: the kernel may answer mg for it */
-
+/* A set of the index: one cache line, all a lookup reads before the item. The `sets` map is
+ * mmapable, which places its values on a page boundary: each set is one aligned line. */
 struct ink_set {
+	struct ink_way way[WAYS];
+};
+
+/* A set's coherence state (coherence.h), in its own map (`set_state`, same index): lookups never
+ * read it. Its lock also guards the set's ways: every writer of them holds it. */
+struct ink_set_state {
 	struct bpf_spin_lock lock;
 	__u32 open;            /* mutations of keys of this set the server has not answered yet */
 	__u64 open_since;      /* ktime of the latest of them */
 	__u64 stable_since;    /* replies to requests that arrived before this may not fill */
 	__u32 gen;             /* server generation `open` counts in (a restart voids the count) */
-	__u32 seq;             /* odd while a writer (holding the lock) changes tags or ways: lookups
-				* read the set without the lock and miss if it moved (table.h); the
-				* high half of the 64-bit word at gen, which its atomic adds update */
-	__u32 tag[WAYS];       /* way w's key: low 32 bits of its hash, never 0; 0 = empty */
-	struct ink_way way[WAYS];
+	__u32 pad;
 };
+
+/* An item in the log: this header, then its text "VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n"
+ * (len bytes). Written before the way that points at it, never changed after: a reader that
+ * copied it and finds it not lapped (table.h) has it as it was published. */
+struct ink_item {
+	__u64 expire_ns;       /* not served from this time on (ktime); ~0 = never */
+	__u64 filled_ns;       /* ktime of the fill (void if not after the last flush) */
+	__u16 len;             /* text bytes */
+	__u16 hdr_len;         /* bytes of the VALUE line, "\r\n" included */
+	__u8 key_len;
+	__u8 cas_len;          /* bytes of " <cas>" at the end of the VALUE line; 0: no CAS known */
+	__u8 flags;            /* ITEM_* */
+	__u8 pad;
+};
+#define ITEM_HDR    24      /* sizeof(struct ink_item): the text starts there */
+#define ITEM_LEN_OFF 16     /* offsetof(struct ink_item, len), for user space (status) */
+_Static_assert(sizeof(struct ink_item) == ITEM_HDR, "ITEM_HDR");
+_Static_assert(__builtin_offsetof(struct ink_item, len) == ITEM_LEN_OFF, "ITEM_LEN_OFF");
+
+#define ITEM_META_OK 1      /* the item carries no meta state: the kernel may answer mg for it */
 
 struct ink_seg {
 	__u8 b[SEG_BYTES + SEG_SLACK];

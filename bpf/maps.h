@@ -28,13 +28,23 @@ struct ink_global {
 	__u64 head;             /* arena log head, 16-byte units; only grows */
 };
 
-/* The index: sets of WAYS ways (see inkcache_common.h). --cache-mb decides the size. */
+/* The index: sets of WAYS ways (see inkcache_common.h). --cache-mb decides the size. Mmapable
+ * for the placement only (values from a page boundary: each 64-byte set is one cache line). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct ink_set);
 	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_MMAPABLE);
 } sets SEC(".maps");
+
+/* Each set's coherence state and lock (same index and size as `sets`). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ink_set_state);
+	__uint(max_entries, 1024);
+} set_state SEC(".maps");
 
 /* The arena: the log of item bytes, in segments. --cache-mb decides the size. */
 struct {

@@ -186,7 +186,7 @@ __noinline int compose_mg(__u32 len, __u32 limit, __u64 now)
 		return r;
 	/* an item that may carry meta state (stale, a win token sent) gets flags from memcached
 	 * that a get reply does not show: memcached answers */
-	if (!(s->lk.flags & WAY_META_OK))
+	if (!(s->lk.flags & ITEM_META_OK))
 		return -1;
 	if ((s->mg.seen & 32) && s->lk.exp != EXP_NEVER)
 		return -1;

@@ -44,7 +44,7 @@ struct fill_args {
 	__u32 len;
 	__u32 hdr;             /* VALUE line length, "\r\n" included */
 	__u32 cas;             /* length of " <cas>" at the end of the VALUE line, 0 if none */
-	__u32 flags;           /* WAY_* */
+	__u32 flags;           /* ITEM_* */
 };
 
 /* A command line split as memcached's tokenize_command splits it (proto_text.c): on single
@@ -117,10 +117,12 @@ struct scratch {
 		__u64 exp;             /* table_lookup: the item's expiry */
 		__u32 hdr;             /* its VALUE line length */
 		__u32 cas;             /* length of its " <cas>", 0 if none */
-		__u32 flags;           /* its way's WAY_* */
-		__u32 pad;
+		__u32 flags;           /* its ITEM_* */
+		__u32 klen;            /* its key length */
+		__u64 filled;          /* its fill time (a promoted copy keeps it) */
 		__u64 now;             /* the clock for the request's keys, 0 until one needs it */
 		__u64 sum;             /* copy_to_out, compose_reply: the reply's sum so far (csum.h) */
+		__u64 fence;           /* target of table.h's fence() */
 	} lk;
 	struct {                     /* meta_flags' state: in map memory, whose values the verifier
 				      * does not follow (flag combinations as register constants

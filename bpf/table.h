@@ -2,18 +2,19 @@
 /* The cache table: an item log (the arena) found through a set-associative index (layout in
  * inkcache_common.h). Lookup, fill, and the log's reservation and promotion.
  *
- * A fill reserves room at the log head with an atomic add, writes the item there without a lock,
- * then takes its set's lock to publish it in a way. Writers of tags and ways hold the set's lock
- * and make its sequence count odd while they write (set_write_begin/end). A lookup takes no lock:
- * it reads the count, the way, copies the item out, and then checks that no fill has reserved the
- * item's bytes since (the head has not moved a whole arena past it) and that the count has not
- * moved: the copy is then the item as published. The key is compared in full on the copy. A
- * lookup that meets a writer reports a miss (the server answers: slower, never wrong).
+ * A fill reserves room at the log head with an atomic add, writes the item (header and text)
+ * there without a lock, then takes its set's lock (in set_state) to publish it: one 64-bit store
+ * of the way (tag and position), after a full barrier. A lookup takes no lock and touches one
+ * line of the index: it reads the set's ways, then the item's header and text from the log, and
+ * then checks that no fill has reserved the item's bytes since (the head has not moved a whole
+ * arena past it): the copy is then the item as published. Items never change once published,
+ * and a way is read and written whole, so a lookup racing a writer sees the old item or the new
+ * one, each whole. The key is compared in full on the copy.
  *
- * Each set also carries its coherence state (written by coherence.h): when a key of it was last
- * written (stable_since) and how many writes the server has not answered yet (open). A reply may
- * fill a set only if its request arrived after the set became stable (fill_allowed), so a reply
- * computed before a write can never be installed after the write's invalidation. */
+ * Each set also has its coherence state (set_state, written by coherence.h): when a key of it was
+ * last written (stable_since) and how many writes the server has not answered yet (open). A reply
+ * may fill a set only if its request arrived after the set became stable (fill_allowed), so a
+ * reply computed before a write can never be installed after the write's invalidation. */
 #ifndef INKCACHE_TABLE_H
 #define INKCACHE_TABLE_H
 
@@ -44,10 +45,42 @@ static __always_inline __u32 tag_of(__u64 h)
 }
 
 /* The key's set: the high half of the hash scaled to n_sets (no division, any set count). */
+static __always_inline __u32 set_index(__u64 h)
+{
+	return (__u32)(((h >> 32) * (__u64)n_sets) >> 32);
+}
+
 static __always_inline struct ink_set *set_for(__u64 h)
 {
-	__u32 idx = (__u32)(((h >> 32) * (__u64)n_sets) >> 32);
+	__u32 idx = set_index(h);
 	return bpf_map_lookup_elem(&sets, &idx);
+}
+
+static __always_inline struct ink_set_state *state_of(__u32 idx)
+{
+	return bpf_map_lookup_elem(&set_state, &idx);
+}
+
+/* A way, read or written whole (one 64-bit access: never torn). */
+static __always_inline __u64 way_word(struct ink_set *set, __u32 w)
+{
+	return *(volatile __u64 *)&set->way[w & (WAYS - 1)];
+}
+
+static __always_inline void way_put(struct ink_set *set, __u32 w, __u32 tag, __u32 pos)
+{
+	*(volatile __u64 *)&set->way[w & (WAYS - 1)] = ((__u64)pos << 32) | tag;
+}
+
+#define WORD_TAG(v) ((__u32)(v))
+#define WORD_POS(v) ((__u32)((v) >> 32))
+
+/* A full barrier: a fetching atomic add (fully ordered on every architecture) on a word of this
+ * CPU's scratch, whose cache line no other CPU writes. */
+static __always_inline void fence(struct scratch *s)
+{
+	__u64 v = __sync_fetch_and_add(&s->lk.fence, 0);
+	barrier_var(v); /* used: the fetching (ordered) form of the add */
 }
 
 static __always_inline __u64 arena_units(void)
@@ -60,6 +93,12 @@ static __always_inline __u32 seg_index(__u64 pos, __u32 *off)
 {
 	*off = ((__u32)pos & (SEG_UNITS - 1)) * 16;
 	return (__u32)((pos / SEG_UNITS) % n_segs);
+}
+
+/* Log units an item of `len` text bytes takes, its header included. */
+static __always_inline __u32 item_units(__u32 len)
+{
+	return (ITEM_HDR + len + 15) / 16;
 }
 
 /* Copies between the scratch buffers and a segment, 16 bytes a step (the last step may touch up
@@ -122,16 +161,32 @@ __noinline int copy_to_out(__u32 segi, __u32 soff, __u32 skip, __u32 dst, __u32 
 	return 0;
 }
 
+/* Writes an item's header at log position p (the text goes ITEM_HDR bytes after it). */
+static __always_inline int item_put(__u64 p, __u64 exp, __u64 filled, __u32 len, __u32 hdr,
+				    __u32 klen, __u32 cas, __u32 flags)
+{
+	__u32 soff, segi = seg_index(p, &soff);
+	struct ink_seg *seg = bpf_map_lookup_elem(&arena, &segi);
+	struct ink_item *it;
+
+	if (!seg)
+		return -1;
+	it = (void *)&seg->b[soff & (SEG_BYTES - 1)];
+	it->expire_ns = exp;
+	it->filled_ns = filled;
+	it->len = len;
+	it->hdr_len = hdr;
+	it->key_len = klen;
+	it->cas_len = cas;
+	it->flags = flags;
+	it->pad = 0;
+	return 0;
+}
+
 /* Full log position of a way's 32-bit position, relative to the head. */
 static __always_inline __u64 full_pos(__u64 head, __u32 pos)
 {
 	return head - (__u32)((__u32)head - pos);
-}
-
-/* The head, read with a full barrier: every load before it (an item's bytes) is done first. */
-static __always_inline __u64 head_now(struct ink_global *g)
-{
-	return __sync_fetch_and_add(&g->head, 0);
 }
 
 /* Reserves `units` 16-byte units at the log head that do not cross a segment end (a crossing
@@ -148,59 +203,19 @@ static __always_inline int arena_reserve(struct ink_global *g, __u32 units, __u6
 	return -1;
 }
 
-/* The set's sequence count is ink_set.seq, updated as the high half of the 64-bit word at gen:
- * the BPF target without alu32 has no fetching 32-bit atomic add. gen, the low half, is written
- * only under the lock, by plain stores that atomic adds of the whole word cannot lose. */
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "seq is the high half of gen's word");
-_Static_assert(__builtin_offsetof(struct ink_set, gen) % 8 == 0 &&
-		       __builtin_offsetof(struct ink_set, seq) ==
-			       __builtin_offsetof(struct ink_set, gen) + 4,
-	       "gen and seq share an aligned word");
-#define SEQ_ONE (1ULL << 32)
-
-static __always_inline __u64 set_seq_add(struct ink_set *set, __u64 v)
-{
-	return __sync_fetch_and_add((__u64 *)&set->gen, v);
-}
-
-/* A writer holding the set's lock is about to change its tags or ways (set_write_begin) or has
- * done so (set_write_end). Atomic adds with fetch: full barriers on every architecture, so a
- * lookup that saw the count even before and unchanged after read no half-written way. */
-static __always_inline void set_write_begin(struct ink_set *set)
-{
-	__u64 v = set_seq_add(set, SEQ_ONE);
-	barrier_var(v); /* used: the fetching (ordered) form of the add */
-}
-
-static __always_inline void set_write_end(struct ink_set *set)
-{
-	__u64 v = set_seq_add(set, SEQ_ONE);
-	barrier_var(v);
-}
-
-/* Whether a way holds nothing worth keeping at time `now` (log head `head`). */
-static __always_inline int way_stale(struct ink_set *set, __u32 w, __u64 now, __u64 head,
-				     __u64 flush)
-{
-	struct ink_way *x = &set->way[w];
-
-	return set->tag[w] == 0 || now >= x->expire_ns || x->filled_ns <= flush ||
-	       (__u32)((__u32)head - x->pos) > arena_units();
-}
-
-/* The way a new item for (tag, klen) takes: the key's own, else a stale one, else the one whose
- * item is oldest in the log (first in, first out; hot items are moved to the head on hits). */
-static __always_inline __u32 pick_way(struct ink_set *set, __u32 tag, __u32 klen, __u64 now,
-				      __u64 head, __u64 flush)
+/* The way a new item for `tag` takes: the key's own, else an empty or lapped one, else the one
+ * whose item is oldest in the log (first in, first out; hot items are moved to the head on hits).
+ * Expired and flushed items are not looked for: that would read every way's item. */
+static __always_inline __u32 pick_way(struct ink_set *set, __u32 tag, __u64 head)
 {
 	__u32 victim = 0, stale = WAYS, oldest = 0;
 
 	for (__u32 w = 0; w < WAYS; w++) {
-		struct ink_way *x = &set->way[w];
-		__u32 age = (__u32)head - x->pos;
-		if (set->tag[w] == tag && x->key_len == klen)
+		__u64 v = way_word(set, w);
+		__u32 age = (__u32)head - WORD_POS(v);
+		if (WORD_TAG(v) == tag)
 			return w;
-		if (stale == WAYS && way_stale(set, w, now, head, flush))
+		if (stale == WAYS && (WORD_TAG(v) == 0 || age > arena_units()))
 			stale = w;
 		if (age > oldest) {
 			oldest = age;
@@ -211,13 +226,13 @@ static __always_inline __u32 pick_way(struct ink_set *set, __u32 tag, __u32 klen
 }
 
 /* May a reply to a request that arrived at req_ts fill this set now? (set locked) */
-static __always_inline int fill_allowed(struct ink_set *set, struct ink_global *g, __u64 req_ts,
-					__u64 now)
+static __always_inline int fill_allowed(struct ink_set_state *st, struct ink_global *g,
+					__u64 req_ts, __u64 now)
 {
-	if (set->stable_since >= req_ts || g->flush_ns >= req_ts || now < g->fill_block_until ||
+	if (st->stable_since >= req_ts || g->flush_ns >= req_ts || now < g->fill_block_until ||
 	    g->blind > 0)
 		return 0;
-	if (set->open && set->gen == (__u32)g->gen && now - set->open_since < settle_max_ns)
+	if (st->open && st->gen == (__u32)g->gen && now - st->open_since < settle_max_ns)
 		return 0;
 	if (g->flush_open > 0 && now - g->flush_open_since < settle_max_ns)
 		return 0;
@@ -232,33 +247,37 @@ static __always_inline __u64 out_word(struct scratch *s, __u32 pos)
 	return LOAD64(&s->out[pos]);
 }
 
-/* Writes scratch.out[src, src+len) at the log head and moves key (h, klen)'s way there if it
- * still points at old_pos: an old item that is still read survives the log coming round. */
-__noinline int promote(__u64 h, __u32 klen, __u32 old_pos, __u32 src, __u32 len)
+/* Writes the item table_lookup found (its text at scratch.out[src, src+len), its header fields in
+ * scratch.lk) at the log head and moves key h's way there if it still points at old_pos: an old
+ * item that is still read survives the log coming round. */
+__noinline int promote(__u64 h, __u32 old_pos, __u32 src, __u32 len)
 {
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
-	struct ink_set *set = set_for(h);
-	__u32 soff, tag = tag_of(h);
+	__u32 idx = set_index(h), soff, tag = tag_of(h);
+	struct ink_set *set = bpf_map_lookup_elem(&sets, &idx);
+	struct ink_set_state *st = state_of(idx);
 	__u64 p;
 
-	if (!s || !g || !set || len == 0 || len > ITEM_CAP)
+	if (!s || !g || !set || !st || len == 0 || len > ITEM_CAP)
 		return -1;
-	if (arena_reserve(g, (len + 15) / 16, &p))
+	if (arena_reserve(g, item_units(len), &p))
 		return -1;
-	if (copy_to_seg(seg_index(p, &soff), soff, src, len, COPY_FROM_OUT))
+	if (item_put(p, s->lk.exp, s->lk.filled, len, s->lk.hdr, s->lk.klen, s->lk.cas,
+		     s->lk.flags))
 		return -1;
-	bpf_spin_lock(&set->lock);
-	set_write_begin(set);
+	if (copy_to_seg(seg_index(p, &soff), soff + ITEM_HDR, src, len, COPY_FROM_OUT))
+		return -1;
+	fence(s); /* the item is in the log before the way names it */
+	bpf_spin_lock(&st->lock);
 	for (__u32 w = 0; w < WAYS; w++) {
-		struct ink_way *x = &set->way[w];
-		if (set->tag[w] == tag && x->key_len == klen && x->pos == old_pos) {
-			x->pos = (__u32)p;
+		__u64 v = way_word(set, w);
+		if (WORD_TAG(v) == tag && WORD_POS(v) == old_pos) {
+			way_put(set, w, tag, (__u32)p);
 			break;
 		}
 	}
-	set_write_end(set);
-	bpf_spin_unlock(&set->lock);
+	bpf_spin_unlock(&st->lock);
 	stat_inc(ST_PROMOTED);
 	return 0;
 }
@@ -273,10 +292,11 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
 	struct ink_set *set;
-	__u32 koff, klen, tag, pos = 0, len = 0, hdr = 0, cas = 0, first, out_len, soff, segi, seq;
-	__u64 h, flush, head, p;
-	int found = 0, no_cas = 0;
-	__u64 exp = 0;
+	struct ink_seg *seg;
+	struct ink_item *it;
+	__u32 koff, klen, tag, pos = 0, len, hdr, cas, first, out_len, soff, segi;
+	__u64 h, head, p, exp, filled;
+	int found = 0;
 
 	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
 		return LK_MISS;
@@ -289,28 +309,31 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	if (!set)
 		return LK_MISS;
 	tag = tag_of(h);
-	flush = g->flush_ns;
-
-	seq = set_seq_add(set, 0) >> 32; /* a full barrier: the way is read after it */
-	if (seq & 1)
-		return LK_MISS; /* a writer is in the set */
 	for (__u32 w = 0; w < WAYS; w++) {
-		struct ink_way *x = &set->way[w];
-		if (set->tag[w] != tag || x->key_len != klen)
-			continue;
-		if (x->len == 0 || x->filled_ns <= flush)
+		__u64 v = way_word(set, w);
+		if (WORD_TAG(v) == tag) {
+			pos = WORD_POS(v);
+			found = 1;
 			break;
-		exp = x->expire_ns;
-		no_cas = (want_cas & LKM_CAS) && !x->cas_len;
-		s->lk.flags = x->flags;
-		pos = x->pos;
-		len = x->len;
-		hdr = x->hdr_len;
-		cas = x->cas_len;
-		found = 1;
-		break;
+		}
 	}
 	if (!found)
+		return LK_MISS;
+	head = *(volatile __u64 *)&g->head;
+	p = full_pos(head, pos);
+	if (head - p > arena_units())
+		return LK_MISS; /* lapped */
+	segi = seg_index(p, &soff);
+	seg = bpf_map_lookup_elem(&arena, &segi);
+	if (!seg)
+		return LK_MISS;
+	it = (void *)&seg->b[soff & (SEG_BYTES - 1)];
+	exp = it->expire_ns;
+	filled = it->filled_ns;
+	len = it->len;
+	hdr = it->hdr_len;
+	cas = it->cas_len;
+	if (it->key_len != klen || filled <= g->flush_ns)
 		return LK_MISS;
 	/* an item that never expires needs no clock; else the clock is read once per request
 	 * (now == 0: read here, kept in scratch.lk.now for the request's other keys) */
@@ -325,10 +348,8 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 		if (now >= exp)
 			return LK_EXPIRED;
 	}
-	if (no_cas)
+	if ((want_cas & LKM_CAS) && !cas)
 		return LK_MISS;
-	s->lk.exp = exp;
-
 	if (len > ITEM_CAP || hdr < klen + 12 + cas || hdr > len)
 		return LK_MISS;
 	/* get form: the VALUE line without " <cas>", then the data */
@@ -341,14 +362,16 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 		s->need = out_off + out_len + 5;
 		return LK_FULL;
 	}
+	s->lk.exp = exp;
+	s->lk.filled = filled;
+	s->lk.flags = it->flags;
+	s->lk.klen = klen;
 	s->lk.hdr = hdr;
 	s->lk.cas = cas;
-	head = g->head;
-	p = full_pos(head, pos);
-	segi = seg_index(p, &soff);
-	if (copy_to_out(segi, soff, 0, out_off, first))
+	if (copy_to_out(segi, soff, ITEM_HDR, out_off, first))
 		return LK_MISS;
-	if (first < len && copy_to_out(segi, soff, hdr - 2, out_off + first, len - (hdr - 2)))
+	if (first < len &&
+	    copy_to_out(segi, soff, ITEM_HDR + hdr - 2, out_off + first, len - (hdr - 2)))
 		return LK_MISS;
 
 	/* the key, 8 bytes at a time, against the copy ("VALUE " is 6 bytes) */
@@ -361,14 +384,15 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	}
 	if ((out_word(s, out_off + 6 + klen) & 0xff) != ' ')
 		return LK_MISS;
-	/* nothing reserved the item's bytes while we copied them (head_now is a full barrier: the
-	 * way and the item were read before it, the count after it), and no writer changed the set */
-	head = head_now(g);
-	if (head - p > arena_units() || *(volatile __u32 *)&set->seq != seq)
+	/* nothing reserved the item's bytes while we read them: the header and text were read
+	 * before the fence, the head after it */
+	fence(s);
+	head = *(volatile __u64 *)&g->head;
+	if (head - p > arena_units())
 		return LK_MISS;
 	/* an item about to be overwritten that is still read moves to the head (approximates LRU) */
 	if (head - p > arena_units() / 4 * 3 && first == len)
-		promote(h, klen, pos, out_off, len);
+		promote(h, pos, out_off, len);
 	return out_len;
 }
 
@@ -378,8 +402,9 @@ __noinline int table_fill(void)
 {
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
+	struct ink_set_state *st;
 	struct ink_set *set;
-	__u32 tag, soff, len, off, w, ok;
+	__u32 tag, soff, len, off, w, ok, idx;
 	__u64 now, p, head;
 
 	if (!s || !g)
@@ -388,48 +413,36 @@ __noinline int table_fill(void)
 	off = s->fa.off;
 	if (len == 0 || len > ITEM_CAP || s->fa.klen == 0 || s->fa.klen > KEY_MAX)
 		return 0;
-	set = set_for(s->fa.h);
-	if (!set)
+	idx = set_index(s->fa.h);
+	set = bpf_map_lookup_elem(&sets, &idx);
+	st = state_of(idx);
+	if (!set || !st)
 		return 0;
 	tag = tag_of(s->fa.h);
 	now = bpf_ktime_get_ns();
 	/* cheap refusal before taking room in the log */
-	bpf_spin_lock(&set->lock);
-	ok = fill_allowed(set, g, s->fa.req_ts, now);
-	bpf_spin_unlock(&set->lock);
+	bpf_spin_lock(&st->lock);
+	ok = fill_allowed(st, g, s->fa.req_ts, now);
+	bpf_spin_unlock(&st->lock);
 	if (!ok)
 		return 0;
-	if (arena_reserve(g, (len + 15) / 16, &p))
+	if (arena_reserve(g, item_units(len), &p))
 		return 0;
-	if (copy_to_seg(seg_index(p, &soff), soff, off, len, COPY_FROM_BUF))
+	if (item_put(p, s->fa.exp, now, len, s->fa.hdr, s->fa.klen, s->fa.cas, s->fa.flags))
 		return 0;
-	head = g->head;
-	bpf_spin_lock(&set->lock);
-	ok = fill_allowed(set, g, s->fa.req_ts, now); /* a write may have come meanwhile */
+	if (copy_to_seg(seg_index(p, &soff), soff + ITEM_HDR, off, len, COPY_FROM_BUF))
+		return 0;
+	fence(s); /* the item is in the log before the way names it */
+	head = *(volatile __u64 *)&g->head;
+	bpf_spin_lock(&st->lock);
+	ok = fill_allowed(st, g, s->fa.req_ts, now); /* a write may have come meanwhile */
 	if (ok) {
-		w = pick_way(set, tag, s->fa.klen, now, head, g->flush_ns);
-		if (w < WAYS) {
-			struct ink_way *x = &set->way[w];
-			set_write_begin(set);
-			set->tag[w] = tag;
-			x->pos = (__u32)p;
-			x->expire_ns = s->fa.exp;
-			x->filled_ns = now;
-			x->len = len;
-			x->hdr_len = s->fa.hdr;
-			x->key_len = s->fa.klen;
-			x->cas_len = s->fa.cas;
-			x->flags = s->fa.flags;
-			set_write_end(set);
-		}
+		w = pick_way(set, tag, head);
+		if (w < WAYS)
+			way_put(set, w, tag, (__u32)p);
 	}
-	bpf_spin_unlock(&set->lock);
+	bpf_spin_unlock(&st->lock);
 	return ok;
-}
-
-static __always_inline __u32 set_index(__u64 h)
-{
-	return (__u32)(((h >> 32) * (__u64)n_sets) >> 32);
 }
 
 #endif

@@ -35,6 +35,8 @@ int main(void)
 	CONST(MAX_GET_KEYS, "Keys of one get the kernel answers.");
 	CONST(SCRATCH_LEN, "Bytes of the per-CPU scratch buffers.");
 	CONST(WAYS, "Ways per index set.");
+	CONST(ITEM_HDR, "Bytes of an item's header in the log (struct ink_item), before its text.");
+	CONST(ITEM_LEN_OFF, "Offset of an item header's text length (u16, struct ink_item.len).");
 	CONST(SEG_BYTES, "Item bytes per arena segment.");
 	CONST(SEG_UNITS, "16-byte units per arena segment.");
 	CONST(CONN_FIFO, "Writes per followed connection awaiting their answers.");

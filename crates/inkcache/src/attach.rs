@@ -245,6 +245,7 @@ fn load_as<'obj>(
     set_config!(xopen, "XDP");
     let m = &mut xopen.maps;
     m.sets.set_max_entries(layout.sets)?;
+    m.set_state.set_max_entries(layout.sets)?;
     m.arena.set_max_entries(layout.segs)?;
     m.ttl_hints.set_max_entries(opts.ttl_hints.max(1024))?;
     m.pending.set_max_entries(opts.pending_entries.max(1024))?;

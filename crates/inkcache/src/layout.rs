@@ -1,21 +1,26 @@
 //! How `--cache-mb` is split between the index and the arena (see `bpf/inkcache_common.h`).
 //!
 //! Items are appended to a log (the arena) and found through a set-associative index of
-//! [`WAYS`]-way sets. Each stored item costs its own bytes rounded up to 16 in the arena plus one
-//! index way (`SET_BYTES / WAYS` bytes), so the split follows the expected average item size:
-//! with `item_bytes` per item, the index gets just enough ways for the items the arena holds.
+//! [`WAYS`]-way sets. Each stored item costs its header and text rounded up to 16 in the arena
+//! plus one index way (`SET_BYTES / WAYS` bytes: the set's line and its coherence state), so the
+//! split follows the expected average item size: with `item_bytes` per item, the index gets just
+//! enough ways for the items the arena holds.
 use serde::{Deserialize, Serialize};
 
-use crate::skel::xdp::types::{ink_seg, ink_set};
+use crate::skel::xdp::types::{ink_seg, ink_set, ink_set_state};
 
 /// Ways per index set (`WAYS`).
 pub const WAYS: u32 = crate::abi::WAYS as u32;
-/// Bytes of one index set (`struct ink_set`).
-pub const SET_BYTES: u32 = std::mem::size_of::<ink_set>() as u32;
+/// Bytes of one index set: its ways (`struct ink_set`, one cache line) and its coherence state
+/// (`struct ink_set_state`, in the `set_state` map).
+pub const SET_BYTES: u32 =
+    (std::mem::size_of::<ink_set>() + std::mem::size_of::<ink_set_state>()) as u32;
 /// Bytes of one arena map value (`struct ink_seg`); `SEG_BYTES` of it hold items.
 pub const SEG_VALUE_BYTES: u32 = std::mem::size_of::<ink_seg>() as u32;
 /// Item bytes per arena segment (`SEG_BYTES`).
 pub const SEG_BYTES: u32 = crate::abi::SEG_BYTES as u32;
+/// Bytes of an item's header in the log, before its text (`ITEM_HDR`).
+pub const ITEM_HDR: u32 = crate::abi::ITEM_HDR as u32;
 /// Largest cache: arena positions are kept in 32 bits of 16-byte units, compared modulo 2^32.
 pub const CACHE_MB_MAX: u32 = 16384;
 /// Default expected average item size (`VALUE <key> <flags> <bytes>\r\n<data>\r\n`).
@@ -41,9 +46,7 @@ impl Layout {
     /// bytes on average, as [`Layout::for_budget`] splits whole MiB. A budget too small for the
     /// minimum layout (16 sets, 2 segments) gets the minimum layout, which exceeds it.
     pub fn for_bytes(budget: u64, item_bytes: u32) -> Layout {
-        let per_item = item_bytes
-            .clamp(16, crate::abi::ITEM_CAP as u32)
-            .next_multiple_of(16) as u64;
+        let per_item = log_bytes_of(item_bytes.clamp(16, crate::abi::ITEM_CAP as u32)) as u64;
         let way_bytes = (SET_BYTES / WAYS) as u64;
         let items = budget / (per_item + way_bytes);
         let sets = (items.div_ceil(WAYS as u64)).max(16);
@@ -79,8 +82,13 @@ impl Layout {
 
     /// Memory one stored item of `item_bytes` costs: its log bytes and its index way.
     pub fn bytes_per_item(item_bytes: u32) -> u32 {
-        item_bytes.next_multiple_of(16) + SET_BYTES / WAYS
+        log_bytes_of(item_bytes) + SET_BYTES / WAYS
     }
+}
+
+/// Log bytes an item of `item_bytes` text bytes takes: its header and text, in 16-byte units.
+pub fn log_bytes_of(item_bytes: u32) -> u32 {
+    (ITEM_HDR + item_bytes).next_multiple_of(16)
 }
 
 #[cfg(test)]
@@ -98,7 +106,7 @@ mod tests {
                     l.total_bytes() * 10 >= budget * 9,
                     "{mb} MiB, {item} B: {l:?}"
                 );
-                let items = l.log_bytes() / item.next_multiple_of(16) as u64;
+                let items = l.log_bytes() / log_bytes_of(item) as u64;
                 // enough ways for the items the log holds (within rounding to whole segments)
                 assert!(l.ways() * 11 >= items * 10, "{mb} MiB, {item} B: {l:?}");
             }
@@ -133,8 +141,10 @@ mod tests {
 
     #[test]
     fn struct_sizes_match_the_kernel_layout() {
-        // a 32-byte header and the ways' tags (one cache line), then 32 bytes a way
-        assert_eq!(SET_BYTES, 64 + 32 * WAYS);
+        // the ways, 8 bytes each, in one cache line; the coherence state apart, 32 bytes
+        assert_eq!(std::mem::size_of::<ink_set>(), 64);
+        assert_eq!(SET_BYTES, 64 + 32);
+        assert_eq!(ITEM_HDR, 24); // struct ink_item, checked against it in C
         assert_eq!(SEG_VALUE_BYTES, SEG_BYTES + 2048);
     }
 }

@@ -14,6 +14,7 @@ use crate::sys::{self, BPFFS};
 /// pins exactly these.
 pub const MAPS: &[&str] = &[
     "sets",
+    "set_state",
     "arena",
     "ttl_hints",
     "conns",

@@ -64,27 +64,34 @@ pub fn fill(dir: &Path, layout: &crate::Layout) -> Result<Fill> {
         m.value_size() as usize == size_of::<ink_set>(),
         "attached by another version of inkcache"
     );
-    let mut f = Fill::default();
-    let (w0, wsz, t0) = (
-        offset_of!(ink_set, way),
-        size_of::<ink_way>(),
-        offset_of!(ink_set, tag),
-    );
+    // the log positions of the live items (a way with a tag, not lapped)
+    let mut live: Vec<u64> = Vec::new();
     for (_, v) in m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)? {
-        for w in 0..crate::layout::WAYS as usize {
-            let b = &v[w0 + w * wsz..w0 + (w + 1) * wsz];
-            let field = |o: usize, n: usize| -> u64 {
-                let mut x = [0u8; 8];
-                x[..n].copy_from_slice(&b[o..o + n]);
-                u64::from_ne_bytes(x)
-            };
-            let tag = u32::from_ne_bytes(v[t0 + w * 4..t0 + w * 4 + 4].try_into()?);
-            let pos = field(offset_of!(ink_way, pos), 4) as u32;
-            let len = field(offset_of!(ink_way, len), 2);
-            let lapped = (head as u32).wrapping_sub(pos) as u64 > log_units;
-            if tag != 0 && len != 0 && !lapped {
+        for w in v.chunks_exact(size_of::<ink_way>()) {
+            let tag = u32::from_ne_bytes(w[offset_of!(ink_way, tag)..][..4].try_into()?);
+            let pos = u32::from_ne_bytes(w[offset_of!(ink_way, pos)..][..4].try_into()?);
+            let back = (head as u32).wrapping_sub(pos) as u64;
+            if tag != 0 && back <= log_units {
+                live.push(head - back);
+            }
+        }
+    }
+    // their lengths from their headers in the log, one segment read at a time
+    live.sort_unstable();
+    let arena = MapHandle::from_pinned_path(dir.join("arena")).context("opening the arena map")?;
+    let seg_units = crate::abi::SEG_UNITS as u64;
+    let mut f = Fill::default();
+    for run in live.chunk_by(|a, b| a / seg_units == b / seg_units) {
+        let segi = ((run[0] / seg_units) % layout.segs as u64) as u32;
+        let Some(seg) = arena.lookup(&segi.to_ne_bytes(), MapFlags::ANY)? else {
+            continue;
+        };
+        for p in run {
+            let at = (p % seg_units) as usize * 16 + crate::abi::ITEM_LEN_OFF;
+            let len = u16::from_ne_bytes(seg[at..at + 2].try_into()?);
+            if len != 0 {
                 f.items += 1;
-                f.item_bytes_stored += len;
+                f.item_bytes_stored += len as u64;
             }
         }
     }

@@ -3,9 +3,10 @@
 //!
 //! What it reproduces, step by step as `table.h` does it:
 //! - a key's set is `((hash >> 32) * sets) >> 32`, its tag the low 32 bits of the hash (0 -> 1);
-//!   a way matches on tag and key length, and the first matching way decides (the key is then
-//!   compared in full: another key in that way is a miss);
-//! - the log head counts 16-byte units; an item takes its length rounded up to 16; a reservation
+//!   a way matches on its tag, and the first matching way decides (its item is then checked: a
+//!   lapped item, or another key, is a miss);
+//! - the log head counts 16-byte units; an item takes its header (`ITEM_HDR`) and text rounded
+//!   up to 16; a reservation
 //!   that would cross a segment end (`SEG_BYTES / 16` units) is abandoned (the head stays past
 //!   it) and retried; positions are kept in 32 bits and compared modulo 2^32, as in the maps;
 //! - an item is lapped once `head - pos > segs * SEG_UNITS`: a lookup of it misses;
@@ -20,7 +21,7 @@
 //! cannot take), and concurrency (several fills racing for the head, a fill arriving after
 //! further requests for its key).
 use inkcache::abi::ITEM_MAX;
-use inkcache::layout::{Layout, SEG_BYTES, WAYS};
+use inkcache::layout::{Layout, ITEM_HDR, SEG_BYTES, WAYS};
 
 /// Log units (16 bytes) per segment (`SEG_UNITS`).
 pub const SEG_UNITS: u64 = SEG_BYTES as u64 / 16;
@@ -42,7 +43,6 @@ pub struct Key {
 struct Way {
     tag: u32, // 0 = empty
     pos: u32,
-    key_len: u8,
     key: u32,
     len: u16,
 }
@@ -53,7 +53,7 @@ pub enum Lookup {
     Hit,
     /// A hit that also moved the item to the head (`promoted`).
     HitPromoted,
-    /// No way with the key's tag and length.
+    /// No way with the key's tag.
     Absent,
     /// The first way with its tag and length holds another key (full compare failed).
     OtherKey,
@@ -106,9 +106,9 @@ pub fn set_of(hash: u64, sets: u32) -> usize {
     (((hash >> 32) * sets as u64) >> 32) as usize
 }
 
-/// Log units an item of `len` bytes takes.
+/// Log units an item of `len` text bytes takes (its header included).
 pub fn units_of(len: u16) -> u64 {
-    (len as u64).div_ceil(16)
+    (ITEM_HDR as u64 + len as u64).div_ceil(16)
 }
 
 impl Table {
@@ -152,19 +152,16 @@ impl Table {
     pub fn lookup(&mut self, k: &Key) -> Lookup {
         let tag = tag_of(k.hash);
         let si = set_of(k.hash, self.layout.sets);
-        let Some(w) = self.sets[si]
-            .iter()
-            .position(|x| x.tag == tag && x.key_len == k.len)
-        else {
+        let Some(w) = self.sets[si].iter().position(|x| x.tag == tag) else {
             return Lookup::Absent;
         };
         let way = self.sets[si][w];
-        if way.key != k.id {
-            return Lookup::OtherKey;
-        }
         let age = (self.head as u32).wrapping_sub(way.pos) as u64;
         if age > self.arena_units {
             return Lookup::Lapped;
+        }
+        if way.key != k.id {
+            return Lookup::OtherKey;
         }
         if age > self.arena_units / 4 * 3 {
             // `promote`: copy to the head, move the way if it still points at the old copy
@@ -190,11 +187,10 @@ impl Table {
         };
         let tag = tag_of(k.hash);
         let si = set_of(k.hash, self.layout.sets);
-        let w = self.pick_way(si, tag, k.len);
+        let w = self.pick_way(si, tag);
         self.sets[si][w] = Way {
             tag,
             pos: p as u32,
-            key_len: k.len,
             key: k.id,
             len: k.item_len,
         };
@@ -203,12 +199,12 @@ impl Table {
     }
 
     /// `pick_way` with the current head.
-    fn pick_way(&self, si: usize, tag: u32, key_len: u8) -> usize {
+    fn pick_way(&self, si: usize, tag: u32) -> usize {
         let head = self.head as u32;
         let (mut victim, mut stale, mut oldest) = (0, WAYS as usize, 0u32);
         for (w, x) in self.sets[si].iter().enumerate() {
             let age = head.wrapping_sub(x.pos);
-            if x.tag == tag && x.key_len == key_len {
+            if x.tag == tag {
                 return w;
             }
             if stale == WAYS as usize && (x.tag == 0 || age as u64 > self.arena_units) {
@@ -285,32 +281,33 @@ mod tests {
         assert_eq!(set_of(0, 100), 0);
         assert_eq!(set_of(u64::MAX, 100), 99);
         assert_eq!(set_of(0x8000_0000_0000_0000, 100), 50);
-        assert_eq!(units_of(63), 4);
-        assert_eq!(units_of(64), 4);
-        assert_eq!(units_of(65), 5);
+        // the 24-byte header, then the text
+        assert_eq!(units_of(39), 4);
+        assert_eq!(units_of(40), 4);
+        assert_eq!(units_of(41), 5);
     }
 
     #[test]
     fn miss_fills_then_hits_and_full_compare_rejects_another_key() {
         let mut t = table(16, 2);
-        let a = key(1, 3, 16, 42, 63);
+        let a = key(1, 3, 16, 42, 40);
         assert!(!t.get(&a));
         assert_eq!(t.head(), 4);
         assert!(t.get(&a));
-        // same set, tag and length, other bytes: the way is found, the compare fails, and the
-        // fill takes that same way (the key's "own" way by tag and length)
+        // same set and tag, other bytes: the way is found, the compare fails, and the fill takes
+        // that same way (the key's "own" way by tag)
         let b = Key { id: 2, ..a };
         assert_eq!(t.lookup(&b), Lookup::OtherKey);
         assert!(!t.get(&b));
         assert_eq!(t.lookup(&a), Lookup::OtherKey);
         assert_eq!(t.lookup(&b), Lookup::Hit);
-        // a different key length is a different way
+        // the key length is the item's: a key of another length with the tag finds the way
         let c = Key {
             id: 3,
             len: 17,
             ..a
         };
-        assert_eq!(t.lookup(&c), Lookup::Absent);
+        assert_eq!(t.lookup(&c), Lookup::OtherKey);
         assert_eq!(t.counters.fills, 2);
         assert_eq!(t.counters.hits, 1);
     }
@@ -318,53 +315,57 @@ mod tests {
     #[test]
     fn reservation_crossing_a_segment_end_is_abandoned() {
         let mut t = table(16, 2);
-        // 4095 units taken by 91 items of 45 units (720 bytes), one unit left in segment 0
+        // 4095 units taken by 91 items of 45 units (696 bytes and the header), one unit left in
+        // segment 0
         for i in 0..91 {
-            assert!(t.fill(&key(i, i % 16, 16, 100 + i, 720)));
+            assert!(t.fill(&key(i, i % 16, 16, 100 + i, 696)));
         }
         assert_eq!(t.head(), 4095);
         // a 2-unit item would cross: abandoned (head 4097), retried at 4097, which fits
-        assert!(t.fill(&key(500, 0, 16, 7, 32)));
+        assert!(t.fill(&key(500, 0, 16, 7, 8)));
         assert_eq!(t.head(), 4099);
         assert_eq!(t.counters.abandoned_units, 2);
-        // a 1-unit item exactly at the end of a segment fits
+        // a 2-unit item exactly at the end of a segment fits
         let mut t = table(16, 2);
-        for i in 0..91 {
-            t.fill(&key(i, i % 16, 16, 100 + i, 720));
+        for i in 0..90 {
+            t.fill(&key(i, i % 16, 16, 100 + i, 696));
         }
-        assert!(t.fill(&key(500, 0, 16, 7, 16)));
+        t.fill(&key(90, 3, 16, 190, 680)); // 44 units: head 4094
+        assert!(t.fill(&key(500, 0, 16, 7, 8)));
         assert_eq!((t.head(), t.counters.abandoned_units), (4096, 0));
     }
 
     #[test]
     fn items_are_lapped_after_a_whole_arena() {
-        // 2 segments = 8192 units; a 1387-byte item is 87 units
+        // 2 segments = 8192 units; a 1368-byte item is 87 units with its header
         let mut t = table(64, 2);
-        let a = key(0, 0, 64, 1, 64);
-        t.fill(&a); // pos 0
+        let a = key(0, 0, 64, 1, 40);
+        t.fill(&a); // pos 0, 4 units
         let mut i = 1;
         // append other keys (in other sets) until the head is exactly one arena past a
         while t.head() + 87 <= 8192 {
-            t.fill(&key(i, 1 + i % 63, 64, 1000 + i, 1387));
+            t.fill(&key(i, 1 + i % 63, 64, 1000 + i, 1368));
             i += 1;
         }
         while t.head() < 8192 {
-            t.fill(&key(i, 1 + i % 63, 64, 1000 + i, 16));
+            // 2 units, or 3 to make the rest even
+            let len = if (8192 - t.head()) % 2 == 1 { 24 } else { 8 };
+            t.fill(&key(i, 1 + i % 63, 64, 1000 + i, len));
             i += 1;
         }
         assert_eq!(t.head(), 8192);
         // head - pos == arena: not lapped (table.h tests `>`), and it is in the oldest quarter
         assert_eq!(t.lookup(&a), Lookup::HitPromoted);
         assert_eq!(t.counters.promoted, 1);
-        let b = key(9999, 0, 64, 2, 64);
+        let b = key(9999, 0, 64, 2, 40);
         t.fill(&b); // pos 8196
-        t.fill(&key(i, 1, 64, 77, 16)); // head 8201
-                                        // lap b by one unit
+        t.fill(&key(i, 1, 64, 77, 8)); // head 8202
+                                       // lap b by two units
         while t.head() <= 8196 + 8192 {
             i += 1;
-            t.fill(&key(i, 1 + i % 63, 64, 1000 + i, 16));
+            t.fill(&key(i, 1 + i % 63, 64, 1000 + i, 8));
         }
-        assert_eq!(t.head(), 8196 + 8192 + 1);
+        assert_eq!(t.head(), 8196 + 8192 + 2);
         assert_eq!(t.lookup(&b), Lookup::Lapped);
         assert!(!t.get(&b));
         assert_eq!(t.counters.lapped, 1);
@@ -375,21 +376,21 @@ mod tests {
     #[test]
     fn promotion_only_in_the_oldest_quarter() {
         let mut t = table(64, 2); // arena 8192 units; promotion when age > 6144
-        let a = key(0, 0, 64, 1, 64); // 4 units
+        let a = key(0, 0, 64, 1, 40); // 4 units
         t.fill(&a);
         let mut i = 1;
         while t.head() < 6144 + 4 {
-            t.fill(&key(i, 1 + i % 63, 64, 1000 + i, 16));
+            t.fill(&key(i, 1 + i % 63, 64, 1000 + i, 8)); // 2 units
             i += 1;
         }
         assert_eq!(t.head(), 6148); // age of a: 6148 > 6144
         assert_eq!(t.lookup(&a), Lookup::HitPromoted);
         assert_eq!(t.head(), 6152); // re-appended: 4 units
         assert_eq!(t.lookup(&a), Lookup::Hit); // young again
-        let b = key(1, 5, 64, 9, 64);
+        let b = key(1, 5, 64, 9, 40);
         t.fill(&b); // pos 6152
         while t.head() < 6152 + 6144 {
-            t.fill(&key(i, 6 + i % 50, 64, 1000 + i, 16));
+            t.fill(&key(i, 6 + i % 50, 64, 1000 + i, 8));
             i += 1;
         }
         // age exactly 3/4: no promotion
@@ -400,12 +401,12 @@ mod tests {
     #[test]
     fn way_choice_own_then_stale_then_oldest() {
         let mut t = table(16, 2); // arena 8192 units
-        let ks: Vec<Key> = (0..8).map(|i| key(i, 2, 16, 10 + i, 160)).collect(); // 10 units
+        let ks: Vec<Key> = (0..8).map(|i| key(i, 2, 16, 10 + i, 136)).collect(); // 10 units
         for k in &ks {
             t.fill(k);
         }
         // the set is full: a new key evicts the oldest (the first filled, at pos 0)
-        let n = key(100, 2, 16, 99, 160);
+        let n = key(100, 2, 16, 99, 136);
         t.fill(&n);
         assert_eq!(t.lookup(&ks[0]), Lookup::Absent);
         for k in &ks[1..] {
@@ -418,7 +419,7 @@ mod tests {
         }
         assert!(t.lookup(&n).is_hit());
         // now the oldest is ks[1] (pos 10): evicted next
-        t.fill(&key(101, 2, 16, 98, 160));
+        t.fill(&key(101, 2, 16, 98, 136));
         assert_eq!(t.lookup(&ks[1]), Lookup::Absent);
         assert!(t.lookup(&ks[2]).is_hit());
 
@@ -434,7 +435,7 @@ mod tests {
             i += 1;
         }
         t.fill(&ks[5]); // own way 5, fresh
-        let z = key(200, 2, 16, 55, 160);
+        let z = key(200, 2, 16, 55, 136);
         t.fill(&z); // first stale way: way 0 (ks[0])
         assert_eq!(t.lookup(&ks[0]), Lookup::Absent);
         assert_eq!(t.lookup(&ks[1]), Lookup::Lapped);
@@ -456,8 +457,8 @@ mod tests {
     fn resident_counts_unlapped_items() {
         let mut t = table(16, 2);
         for i in 0..10 {
-            t.fill(&key(i, i, 16, 1 + i, 64));
+            t.fill(&key(i, i, 16, 1 + i, 64)); // 88 bytes: 96 in the log
         }
-        assert_eq!(t.resident(), (10, 640));
+        assert_eq!(t.resident(), (10, 10 * 96));
     }
 }

@@ -104,9 +104,13 @@ impl Fx {
     pub fn reset(&mut self) {
         let m = &self.l.xdp.maps;
         let zero_set = vec![0u8; m.sets.value_size() as usize];
+        let zero_state = vec![0u8; m.set_state.value_size() as usize];
         for i in 0..self.l.layout.sets {
             m.sets
                 .update(&i.to_ne_bytes(), &zero_set, MapFlags::ANY)
+                .unwrap();
+            m.set_state
+                .update(&i.to_ne_bytes(), &zero_state, MapFlags::ANY)
                 .unwrap();
         }
         for map in [
@@ -202,21 +206,51 @@ impl Fx {
         x.action
     }
 
-    /// Adds `by` to the sequence count of `key`'s index set (struct ink_set.seq): odd says a
-    /// writer is changing the set (table.h).
-    pub fn add_set_seq(&self, key: &str, by: u32) {
-        use inkcache::skel::xdp::types::ink_set;
+    /// `key`'s index set (its number and its ways as 64-bit words: tag low, position high).
+    fn set_of_key(&self, key: &str) -> (u32, Vec<u64>) {
         let h = inkcache::key_hash(HASH_SEED, key.as_bytes());
         let idx = inkmodel::table::set_of(h, self.l.layout.sets) as u32;
-        let m = &self.l.xdp.maps.sets;
-        let mut v = m
+        let v = self
+            .l
+            .xdp
+            .maps
+            .sets
             .lookup(&idx.to_ne_bytes(), MapFlags::ANY)
             .unwrap()
             .expect("the set");
-        let at = std::mem::offset_of!(ink_set, seq);
-        let seq = u32::from_ne_bytes(v[at..at + 4].try_into().unwrap()).wrapping_add(by);
-        v[at..at + 4].copy_from_slice(&seq.to_ne_bytes());
-        m.update(&idx.to_ne_bytes(), &v, MapFlags::ANY).unwrap();
+        let ways = v
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+            .collect();
+        (idx, ways)
+    }
+
+    /// The log position (16-byte units, low 32 bits) of the item `key`'s way names, if any.
+    pub fn way_pos(&self, key: &str) -> Option<u32> {
+        let tag = inkmodel::table::tag_of(inkcache::key_hash(HASH_SEED, key.as_bytes()));
+        let (_, ways) = self.set_of_key(key);
+        ways.iter()
+            .find(|w| **w as u32 == tag)
+            .map(|w| (*w >> 32) as u32)
+    }
+
+    /// Makes `key`'s way (or, if it has none, an empty way of its set) name log position `pos`.
+    pub fn put_way(&self, key: &str, pos: u32) {
+        let tag = inkmodel::table::tag_of(inkcache::key_hash(HASH_SEED, key.as_bytes()));
+        let (idx, mut ways) = self.set_of_key(key);
+        let w = ways
+            .iter()
+            .position(|w| *w as u32 == tag)
+            .or_else(|| ways.iter().position(|w| *w as u32 == 0))
+            .expect("a way for the key");
+        ways[w] = ((pos as u64) << 32) | tag as u64;
+        let v: Vec<u8> = ways.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        self.l
+            .xdp
+            .maps
+            .sets
+            .update(&idx.to_ne_bytes(), &v, MapFlags::ANY)
+            .unwrap();
     }
 
     /// Adds `port` to the server's ports.

@@ -18,7 +18,7 @@ fn the_model_hits_and_misses_where_the_kernel_does() {
     let mut model = Table::new(f.l.layout);
     let mut rng = StdRng::seed_from_u64(42);
     // more item bytes than the log holds: items are lapped and promoted, ways replaced
-    let keys: Vec<(String, Vec<u8>)> = (0..2400)
+    let keys: Vec<(String, Vec<u8>)> = (0..3200)
         .map(|i| {
             let len = 100 + (i * 37) % 600;
             (format!("mk:{i:05}"), vec![b'a' + (i % 26) as u8; len])
