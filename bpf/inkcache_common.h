@@ -109,7 +109,8 @@ enum ink_stat {
 struct ink_way {
 	__u32 tag;             /* low 32 bits of the key's hash, never 0; 0 = empty */
 	__u32 pos;             /* arena position of the item, 16-byte units (low 32 bits) */
-};
+} __attribute__((aligned(8))); /* else the BPF target splits a 64-bit access into two */
+_Static_assert(_Alignof(struct ink_way) == 8 && sizeof(struct ink_way) == 8, "a way: one word");
 
 /* A set of the index: one cache line, all a lookup reads before the item. The `sets` map is
  * mmapable, which places its values on a page boundary: each set is one aligned line. */
