@@ -66,6 +66,11 @@ pub struct PaperOpts {
     pub inflight: usize,
     /// Cross-check with `memcaslap -U` (if installed).
     pub memcaslap: bool,
+    /// Measurement only: inkcache is attached with `--debug-stop-stage` this (XDP passes gets
+    /// after that stage of the hit; 0: never), to time the hit's stages live
+    /// (docs/results/hitcost.md).
+    #[serde(default)]
+    pub stop_stage: u32,
 }
 
 impl PaperOpts {
@@ -84,6 +89,7 @@ impl PaperOpts {
             server_threads: 1,
             inflight: 32,
             memcaslap: true,
+            stop_stage: 0,
         }
     }
 }
@@ -387,6 +393,9 @@ pub struct Meta {
     pub topology: String,
     pub inkcache_bin: Option<String>,
     pub inkcached_bin: Option<String>,
+    /// [`PaperOpts::stop_stage`] of the run (0: a paper run).
+    #[serde(default)]
+    pub stop_stage: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -477,6 +486,7 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
     let meta = Meta {
         scenario: "paper".into(),
         quick: opts.quick,
+        stop_stage: opts.stop_stage,
         started_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

@@ -50,6 +50,11 @@ struct PaperArgs {
     /// Skip the memcaslap cross-check.
     #[arg(long)]
     no_memcaslap: bool,
+    /// Measurement only: attach inkcache so that XDP passes gets after this stage of the hit
+    /// (bpf/inkcache_xdp.bpf.c STAGE_*; 0: never), to time the stages live under bpf_stats
+    /// (docs/results/hitcost.md). The results are not a valid paper run.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=6))]
+    stop_stage: u32,
     /// Run nothing: re-derive ratios and goals from this results.json and rewrite the report
     /// and plots into --out.
     #[arg(long)]
@@ -72,6 +77,7 @@ fn cmd_paper(a: &PaperArgs) -> Result<()> {
     o.server_threads = a.server_threads;
     o.inflight = a.inflight;
     o.memcaslap = !a.no_memcaslap;
+    o.stop_stage = a.stop_stage;
     let res = match &a.from_json {
         Some(f) => inklab::rewrite(f, &o.out)?,
         None => inklab::paper(&o)?,

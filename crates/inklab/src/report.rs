@@ -157,6 +157,15 @@ pub fn markdown(res: &PaperResults) -> String {
         "# inkcache paper scenario{}\n",
         if m.quick { " (quick)" } else { "" }
     );
+    if m.stop_stage != 0 {
+        let _ = writeln!(
+            s,
+            "**A stage measurement, not a paper run**: inkcache was attached with \
+             `--debug-stop-stage {}` (XDP passes every get after that stage of the hit), so \
+             only its per-program cost means anything (docs/results/hitcost.md).\n",
+            m.stop_stage
+        );
+    }
     let _ = writeln!(
         s,
         "Kernel {}, {} CPUs ({}), {}; server threads `-t {}`; closed loop with {} UDP requests in \

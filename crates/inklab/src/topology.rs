@@ -196,22 +196,28 @@ pub(crate) struct Inkcache {
 }
 
 impl Inkcache {
-    pub(crate) fn attach(bin: &Path, netns: &str, iface: &str) -> Result<Self> {
+    /// `stop_stage`: see [`PaperOpts::stop_stage`] (0: a production attach).
+    pub(crate) fn attach(bin: &Path, netns: &str, iface: &str, stop_stage: u32) -> Result<Self> {
         let me = Inkcache {
             bin: bin.to_path_buf(),
             netns: netns.into(),
             iface: iface.into(),
         };
-        me.cli(&[
+        let port = PORT.to_string();
+        let stage = stop_stage.to_string();
+        let mut args = vec![
             "attach",
             "--iface",
             iface,
             "--port",
-            &PORT.to_string(),
+            &port,
             "--cache-mb",
             "256",
-        ])
-        .context("inkcache attach")?;
+        ];
+        if stop_stage != 0 {
+            args.extend(["--debug-stop-stage", &stage]);
+        }
+        me.cli(&args).context("inkcache attach")?;
         Ok(me)
     }
 
@@ -279,7 +285,12 @@ impl Rig {
                 .inkcache
                 .as_ref()
                 .context("inkcache binary not found")?;
-            inkcache = Some(Inkcache::attach(bin, &pair.server.name, &pair.srv_if)?);
+            inkcache = Some(Inkcache::attach(
+                bin,
+                &pair.server.name,
+                &pair.srv_if,
+                opts.stop_stage,
+            )?);
             xdp_mode = "inkcache (auto)".to_string();
         } else {
             let prog = if setup == Setup::XdpEcho {
