@@ -21,7 +21,7 @@
 //! cannot take), and concurrency (several fills racing for the head, a fill arriving after
 //! further requests for its key).
 use inkcache::abi::ITEM_MAX;
-use inkcache::layout::{Layout, ITEM_HDR, SEG_BYTES, WAYS};
+use inkcache::layout::{log_bytes_of, Layout, SEG_BYTES, WAYS};
 
 /// Log units (16 bytes) per segment (`SEG_UNITS`).
 pub const SEG_UNITS: u64 = SEG_BYTES as u64 / 16;
@@ -108,7 +108,7 @@ pub fn set_of(hash: u64, sets: u32) -> usize {
 
 /// Log units an item of `len` text bytes takes (its header included).
 pub fn units_of(len: u16) -> u64 {
-    (ITEM_HDR as u64 + len as u64).div_ceil(16)
+    log_bytes_of(len as u32) as u64 / 16
 }
 
 impl Table {

@@ -206,8 +206,9 @@ impl Fx {
         x.action
     }
 
-    /// `key`'s index set (its number and its ways as 64-bit words: tag low, position high).
-    fn set_of_key(&self, key: &str) -> (u32, Vec<u64>) {
+    /// `key`'s tag and index set (its number and its ways as 64-bit words: tag low, position
+    /// high).
+    fn set_of_key(&self, key: &str) -> (u32, u32, Vec<u64>) {
         let h = inkcache::key_hash(HASH_SEED, key.as_bytes());
         let idx = inkmodel::table::set_of(h, self.l.layout.sets) as u32;
         let v = self
@@ -222,13 +223,12 @@ impl Fx {
             .chunks_exact(8)
             .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
             .collect();
-        (idx, ways)
+        (inkmodel::table::tag_of(h), idx, ways)
     }
 
     /// The log position (16-byte units, low 32 bits) of the item `key`'s way names, if any.
     pub fn way_pos(&self, key: &str) -> Option<u32> {
-        let tag = inkmodel::table::tag_of(inkcache::key_hash(HASH_SEED, key.as_bytes()));
-        let (_, ways) = self.set_of_key(key);
+        let (tag, _, ways) = self.set_of_key(key);
         ways.iter()
             .find(|w| **w as u32 == tag)
             .map(|w| (*w >> 32) as u32)
@@ -236,8 +236,7 @@ impl Fx {
 
     /// Makes `key`'s way (or, if it has none, an empty way of its set) name log position `pos`.
     pub fn put_way(&self, key: &str, pos: u32) {
-        let tag = inkmodel::table::tag_of(inkcache::key_hash(HASH_SEED, key.as_bytes()));
-        let (idx, mut ways) = self.set_of_key(key);
+        let (tag, idx, mut ways) = self.set_of_key(key);
         let w = ways
             .iter()
             .position(|w| *w as u32 == tag)
