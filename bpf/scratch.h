@@ -95,6 +95,7 @@ struct scratch {
 	__u8 out[OUT_LEN];           /* reply under construction: frame header + items + END */
 	__u16 koff[32];
 	__u16 klen[32];
+	__u64 kh[32];                /* their hashes (hash_keys), as table_lookup reads them */
 	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
 	__u32 need;                  /* reply length a lookup would have reached (LK_FULL) */
 	__u32 miss[32];              /* split multi-key gets: the keys that missed, in order */
@@ -123,6 +124,7 @@ struct scratch {
 		__u64 now;             /* the clock for the request's keys, 0 until one needs it */
 		__u64 sum;             /* copy_to_out, compose_reply: the reply's sum so far (csum.h) */
 		__u64 fence;           /* target of table.h's fence() */
+		__u64 warm;            /* warm_keys: what it read (kept, so the loads are made) */
 	} lk;
 	struct {                     /* meta_flags' state: in map memory, whose values the verifier
 				      * does not follow (flag combinations as register constants
