@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Live eBPF cost of kernel hits (issue 11): inkcache_xdp's run time per packet under bpf_stats,
+# for gets of 1 and of MULTIGET keys (default 10) drawn Zipf 0.99 from 100,000 keys of 32 bytes
+# with 32-byte values, every key stored and in the kernel cache (hit ratio 1.0). Each inkcache
+# CLI given is attached in turn, ROUNDS times, in the pinned topology of shared/GUIDE.md section 2
+# (client on CPU0; memcached -t 1 and the server veth's threaded NAPI on CPU1), so two builds are
+# compared in one run on one machine. Usage:
+#   scripts/hit-cost-live.sh [INKCACHE_CLI...]      (default: $BIN/inkcache)
+# Prints one line per measurement: ns per run, and each key after the first of a multi-key get
+# ((cost of the N-key get - cost of the 1-key get) / (N - 1)). Root; about 45 s per CLI and round.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+BIN=${BIN:-target/release}
+ROUNDS=${ROUNDS:-2}
+SECS=${SECS:-8}
+MULTIGET=${MULTIGET:-10}
+KEYS=100000
+[ $# -gt 0 ] || set -- "$BIN/inkcache"
+pinned_memcached hc 1024
+STATS_WAS=$(cat /proc/sys/kernel/bpf_stats_enabled)
+cleanup_extra() { echo "$STATS_WAS" > /proc/sys/kernel/bpf_stats_enabled; }
+
+prog_stats() { # "run_time_ns run_cnt" of inkcache_xdp
+    bpftool prog show -j | python3 -c 'import json, sys
+p = [p for p in json.load(sys.stdin) if p.get("name") == "inkcache_xdp"][0]
+print(p.get("run_time_ns", 0), p.get("run_cnt", 0))'
+}
+gets() { # label keys-per-get popularity seconds: prints "ns_per_run hit_ratio"
+    local a b
+    a=$(prog_stats)
+    ip netns exec "$CLI" taskset -c 0 "$BIN/inkbench" run --server 198.18.0.1:11211 --proto udp \
+        --get-ratio 1 --multiget "$2" --keys $KEYS --key-size 32 --value-size 32 \
+        --popularity "$3" --duration "$4s" --warmup 0s --inflight 32 --no-server-stats \
+        --json > "$OUT/$1.json"
+    b=$(prog_stats)
+    python3 - "$a" "$b" "$OUT/$1.json" <<'PY'
+import json, sys
+(t0, n0), (t1, n1) = (map(int, a.split()) for a in sys.argv[1:3])
+print(f"{(t1 - t0) / max(n1 - n0, 1):.0f} {json.load(open(sys.argv[3]))['hit_ratio']:.4f}")
+PY
+}
+
+ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:11211 --proto tcp --get-ratio 0 \
+    --keys $KEYS --key-size 32 --value-size 32 --duration 1s --preload --no-server-stats \
+    --json > /dev/null
+echo 1 > /proc/sys/kernel/bpf_stats_enabled
+for round in $(seq "$ROUNDS"); do
+    for ink in "$@"; do
+        "$ink" --netns "$SRV" attach --iface "$SIF" --port 11211 --cache-mb 256 > /dev/null
+        threaded_napi
+        gets learn 1 uniform 10 > /dev/null # every key into the kernel cache
+        read -r one hr1 < <(gets one 1 zipf:0.99 "$SECS")
+        read -r many hrn < <(gets many "$MULTIGET" zipf:0.99 "$SECS")
+        echo "$ink round $round: 1-key get $one ns (hit ratio $hr1)," \
+            "$MULTIGET-key get $many ns (hit ratio $hrn)," \
+            "each key after the first $(((many - one) / (MULTIGET - 1))) ns"
+        "$ink" --netns "$SRV" detach --iface "$SIF" > /dev/null
+    done
+done
