@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Live eBPF cost of kernel hits (issue 11): inkcache_xdp's run time per packet under bpf_stats,
-# for gets of 1 and of MULTIGET keys (default 10) drawn Zipf 0.99 from 100,000 keys of 32 bytes
+# for gets of 1 and of MULTIGET keys (default 10) drawn Zipf 0.99 from KEYS (default 100,000) keys of 32 bytes
 # with 32-byte values, every key stored and in the kernel cache (hit ratio 1.0). Each inkcache
 # CLI given is attached in turn, ROUNDS times, in the pinned topology of shared/GUIDE.md section 2
 # (client on CPU0; memcached -t 1 and the server veth's threaded NAPI on CPU1), so two builds are
@@ -14,7 +14,8 @@ BIN=${BIN:-target/release}
 ROUNDS=${ROUNDS:-2}
 SECS=${SECS:-8}
 MULTIGET=${MULTIGET:-10}
-KEYS=100000
+CACHE_MB=${CACHE_MB:-256}
+KEYS=${KEYS:-100000}
 [ $# -gt 0 ] || set -- "$BIN/inkcache"
 pinned_memcached hc 1024
 STATS_WAS=$(cat /proc/sys/kernel/bpf_stats_enabled)
@@ -46,14 +47,17 @@ ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:11211 --proto tcp -
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
 for round in $(seq "$ROUNDS"); do
     for ink in "$@"; do
-        "$ink" --netns "$SRV" attach --iface "$SIF" --port 11211 --cache-mb 256 > /dev/null
+        "$ink" --netns "$SRV" attach --iface "$SIF" --port 11211 --cache-mb "$CACHE_MB" > /dev/null
         threaded_napi
         gets learn 1 uniform 10 > /dev/null # every key into the kernel cache
         read -r one hr1 < <(gets one 1 zipf:0.99 "$SECS")
         read -r many hrn < <(gets many "$MULTIGET" zipf:0.99 "$SECS")
         echo "$ink round $round: 1-key get $one ns (hit ratio $hr1)," \
             "$MULTIGET-key get $many ns (hit ratio $hrn)," \
-            "each key after the first $(((many - one) / (MULTIGET - 1))) ns"
+            "each key after the first $(((many - one) / (MULTIGET - 1))) ns;" \
+            "$("$ink" --netns "$SRV" stats --iface "$SIF" --json | python3 -c 'import json, sys
+s = json.load(sys.stdin)
+print(", ".join(f"{k} {s[k]}" for k in ("hits", "promoted") if k in s))')"
         "$ink" --netns "$SRV" detach --iface "$SIF" > /dev/null
     done
 done
