@@ -8,7 +8,8 @@
 
 /* Set by the control plane before load. */
 const volatile __u32 n_sets = 1024;             /* entries of the sets map */
-const volatile __u32 n_segs = 16;               /* entries of the arena map */
+const volatile __u32 n_segs = 16;               /* arena segments of the log (the ring) */
+const volatile __u32 n_slots = 4;               /* hot slots, in the arena segments after them */
 const volatile __u64 max_age_ns = 60ULL * 1000000000ULL; /* oldest fill the kernel serves */
 const volatile __u32 invalidation_off = 0;      /* debug: for the consistency checker */
 const volatile __u32 settle_off = 0;            /* debug: every write uses the quarantine */

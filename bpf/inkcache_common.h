@@ -47,6 +47,7 @@ struct mc_udp_hdr {
 	  "Whole-cache invalidations: the server stopped or (re)started (released or bound its port).") \
 	X(EXPIRED, expired, "Hits refused because the item had expired.") \
 	X(PROMOTED, promoted, "Hot items copied to the log head before the log came round to them.") \
+	X(SLOT_HITS, slot_hits, "Keys served from their hot slot (item read with the set, not after it).") \
 	X(CONN_TRACKED, conn_tracked, \
 	  "TCP connections followed from their SYN (their writes are settled by the server's " \
 	  "answers).") \
@@ -152,6 +153,22 @@ _Static_assert(__builtin_offsetof(struct ink_item, len) == ITEM_LEN_OFF, "ITEM_L
 struct ink_seg {
 	__u8 b[SEG_BYTES + SEG_SLACK];
 };
+
+/* Hot slots: a copy of recently hit small items at an address the key's hash gives, so that a
+ * hit reads its set's line and its item at the same time instead of one after the other (the
+ * item's address is otherwise in the set's line). A slot holds the bytes of one log position: a
+ * sequence count (odd while written), the full 64-bit position copied, then the item's header
+ * and text as in the log. A lookup uses the slot only if it holds the position its set's way
+ * names and its count did not move while read: log bytes never change while not lapped, so the
+ * slot is then the item (invalidation and replacement go through the ways, as without slots).
+ * One slot per SETS_PER_SLOT sets; the slots fill arena segments past the log's (the ring is
+ * n_segs segments, the slots the n_slot segments after them). */
+#define SLOT_BYTES    256
+#define SLOT_META     16      /* sequence count and position, before the item */
+#define SLOTS_PER_SEG (SEG_BYTES / SLOT_BYTES)
+#define SETS_PER_SLOT 4
+/* largest item (header and text) a slot takes: a copy's last 16-byte step stays in the slot */
+#define SLOT_ITEM_MAX (SLOT_BYTES - SLOT_META - 16)
 
 /* A TCP connection to the server, followed from its SYN so that each write can be settled by the
  * server's answer to it (see stream.h). */

@@ -166,6 +166,7 @@ __noinline int compose_mg(__u32 len, __u32 limit, __u64 now)
 	s->koff[0] = 3;
 	s->klen[0] = klen;
 	s->kh[0] = key_hash(3, klen);
+	s->lk.one_key = 1;
 	s->mg.n = 0;
 	s->mg.seen = 0;
 	pos = (__u32)kend;

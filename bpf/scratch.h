@@ -125,6 +125,8 @@ struct scratch {
 		__u64 sum;             /* copy_to_out, compose_reply: the reply's sum so far (csum.h) */
 		__u64 fence;           /* target of table.h's fence() */
 		__u64 warm;            /* warm_keys: what it read (kept, so the loads are made) */
+		__u64 slot_sq;         /* the hot slot's count when its item was read; 0: not read */
+		__u64 one_key;         /* the request has one key: its lookup uses the hot slots */
 	} lk;
 	struct {                     /* meta_flags' state: in map memory, whose values the verifier
 				      * does not follow (flag combinations as register constants

@@ -101,6 +101,24 @@ static __always_inline __u32 item_units(__u32 len)
 	return (ITEM_HDR + len + 15) / 16;
 }
 
+/* Zero, computed from v by an instruction the compiler cannot see through: added to an offset, it
+ * makes a load depend on the load of v, which keeps the two in order on every architecture (arm64
+ * keeps address dependencies; x86 keeps loads in order anyway). */
+static __always_inline __u32 dep_zero(__u64 v)
+{
+	asm volatile("%[v] &= 0" : [v] "+r"(v));
+	return (__u32)v;
+}
+
+/* Key hash h's hot slot (inkcache_common.h): its arena segment; *off gets its byte offset there. */
+static __always_inline __u32 slot_seg(__u64 h, __u32 *off)
+{
+	__u32 i = (__u32)(((h >> 32) * (__u64)n_slots) >> 32);
+
+	*off = (i % SLOTS_PER_SEG) * SLOT_BYTES;
+	return n_segs + i / SLOTS_PER_SEG;
+}
+
 /* Copies between the scratch buffers and a segment, 16 bytes a step (the last step may touch up
  * to 15 bytes past n, inside the scratch buffers' and the segment's slack). Global functions, so
  * the verifier checks each loop once, whatever the callers. */
@@ -247,6 +265,38 @@ static __always_inline __u64 out_word(struct scratch *s, __u32 pos)
 	return LOAD64(&s->out[pos]);
 }
 
+/* Copies the item at log position p into key hash h's hot slot: its header from the log, its text
+ * (len bytes) from scratch.out at src, where table_lookup copied it. Skipped if another CPU is
+ * writing the slot. The count is odd while the slot is written; the atomics order the bytes
+ * between its two moves. */
+__noinline int slot_put(__u64 h, __u64 p, __u32 src, __u32 len)
+{
+	__u32 soff, segi = slot_seg(h, &soff), loff, lsegi = seg_index(p, &loff);
+	struct ink_seg *seg = bpf_map_lookup_elem(&arena, &segi);
+	struct ink_seg *log = bpf_map_lookup_elem(&arena, &lsegi);
+	__u64 *seq, q;
+	int r = 0;
+
+	if (!seg || !log || len > SLOT_ITEM_MAX - ITEM_HDR)
+		return -1;
+	soff &= SEG_BYTES - 1;
+	loff &= SEG_BYTES - 1;
+	seq = (void *)&seg->b[soff];
+	q = *(volatile __u64 *)seq;
+	if ((q & 1) || __sync_val_compare_and_swap(seq, q, q + 1) != q)
+		return -1;
+	*(volatile __u64 *)&seg->b[soff + 8] = p;
+	for (__u32 i = 0; i < ITEM_HDR; i += 8)
+		STORE64(&seg->b[soff + SLOT_META + i], LOAD64(&log->b[loff + i]));
+	if (copy_to_seg(segi, soff + SLOT_META + ITEM_HDR, src, len, COPY_FROM_OUT)) {
+		*(volatile __u64 *)&seg->b[soff + 8] = ~0ULL; /* no position: never used */
+		r = -1;
+	}
+	q = __sync_fetch_and_add(seq, 1);
+	barrier_var(q); /* used: the fetching (ordered) form of the add */
+	return r;
+}
+
 /* Writes the item table_lookup found (its text at scratch.out[src, src+len), its header fields in
  * scratch.lk) at the log head and moves key h's way there if it still points at old_pos: an old
  * item that is still read survives the log coming round. */
@@ -285,6 +335,7 @@ __noinline int promote(__u64 h, __u32 old_pos, __u32 src, __u32 len)
 /* Hashes the n keys at scratch.koff/klen into scratch.kh, where table_lookup reads them. */
 static __always_inline void hash_keys(struct scratch *s, __u32 n)
 {
+	s->lk.one_key = n == 1;
 	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
 		if (k >= n)
 			break;
@@ -357,10 +408,10 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
 	struct ink_set *set;
-	struct ink_seg *seg;
+	struct ink_seg *seg, *slot;
 	struct ink_item *it;
-	__u32 koff, klen, tag, pos = 0, len, hdr, cas, first, out_len, soff, segi;
-	__u64 h, head, p, exp, filled;
+	__u32 koff, klen, tag, pos = 0, len, hdr, cas, first, out_len, soff, segi, sloff;
+	__u64 h, head, p, exp, filled, sq = 0, spos = 0;
 	int found = 0;
 
 	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
@@ -373,6 +424,18 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	set = set_for(h);
 	if (!set)
 		return LK_MISS;
+	/* the hot slot is read before the set's ways are looked at: both wait on memory together */
+	segi = slot_seg(h, &sloff);
+	sloff &= SEG_BYTES - 1;
+	slot = s->lk.one_key ? bpf_map_lookup_elem(&arena, &segi) : NULL;
+	if (slot) {
+		__u64 line2 = LOAD64(&slot->b[sloff + 64]);
+		barrier_var(line2); /* loaded now, with the first line: most items span two */
+		sq = *(volatile __u64 *)&slot->b[sloff];
+		/* the slot's position and bytes are read after its count (seqcount reader) */
+		sloff += dep_zero(sq);
+		spos = *(volatile __u64 *)&slot->b[sloff + 8];
+	}
 	tag = tag_of(h);
 	for (__u32 w = 0; w < WAYS; w++) {
 		__u64 v = way_word(set, w);
@@ -388,7 +451,14 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	p = full_pos(head, pos);
 	if (head - p > arena_units())
 		return LK_MISS; /* lapped */
-	segi = seg_index(p, &soff);
+	if (sq && !(sq & 1) && spos == p) {
+		/* the slot holds the item the way names (its count is checked again at the end) */
+		soff = sloff + SLOT_META;
+	} else {
+		sq = 0;
+		segi = seg_index(p, &soff);
+	}
+	s->lk.slot_sq = sq;
 	seg = bpf_map_lookup_elem(&arena, &segi);
 	if (!seg)
 		return LK_MISS;
@@ -455,6 +525,15 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	head = *(volatile __u64 *)&g->head;
 	if (head - p > arena_units())
 		return LK_MISS;
+	if (s->lk.slot_sq) {
+		segi = slot_seg(h, &sloff);
+		slot = bpf_map_lookup_elem(&arena, &segi);
+		if (!slot || *(volatile __u64 *)&slot->b[sloff & (SEG_BYTES - 1)] != s->lk.slot_sq)
+			return LK_MISS; /* rewritten while copied */
+		stat_inc(ST_SLOT_HITS);
+	} else if (s->lk.one_key && first == len && len <= SLOT_ITEM_MAX - ITEM_HDR) {
+		slot_put(h, p, out_off, len); /* the key's next hit reads it with the set */
+	}
 	/* an item about to be overwritten that is still read moves to the head (approximates LRU) */
 	if (head - p > arena_units() / 4 * 3 && first == len)
 		promote(h, pos, out_off, len);

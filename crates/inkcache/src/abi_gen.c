@@ -39,6 +39,8 @@ int main(void)
 	CONST(ITEM_LEN_OFF, "Offset of an item header's text length (u16, struct ink_item.len).");
 	CONST(SEG_BYTES, "Item bytes per arena segment.");
 	CONST(SEG_UNITS, "16-byte units per arena segment.");
+	CONST(SLOT_BYTES, "Bytes of a hot slot.");
+	CONST(SETS_PER_SLOT, "Index sets per hot slot.");
 	CONST(CONN_FIFO, "Writes per followed connection awaiting their answers.");
 	CONST(PART_MAX, "Bytes of a line cut by a segment end that are carried over.");
 	CONST(IFACE_SLOTS, "Slots of the `ifaces` map (by ifindex modulo this).");

@@ -224,6 +224,7 @@ fn load_as<'obj>(
                 .context(concat!($what, " object has no rodata"))?;
             ro.n_sets = layout.sets;
             ro.n_segs = layout.segs;
+            ro.n_slots = layout.slots();
             ro.max_age_ns = opts.max_age_secs.saturating_mul(1_000_000_000);
             ro.invalidation_off = opts.debug_no_invalidation as u32;
             ro.settle_off = opts.debug_quarantine_only as u32;
@@ -246,7 +247,7 @@ fn load_as<'obj>(
     let m = &mut xopen.maps;
     m.sets.set_max_entries(layout.sets)?;
     m.set_state.set_max_entries(layout.sets)?;
-    m.arena.set_max_entries(layout.segs)?;
+    m.arena.set_max_entries(layout.arena_entries())?;
     m.ttl_hints.set_max_entries(opts.ttl_hints.max(1024))?;
     m.pending.set_max_entries(opts.pending_entries.max(1024))?;
     m.conns.set_max_entries(opts.max_conns.max(16))?;

@@ -125,6 +125,7 @@ impl KernelCache {
                 .context("cooperative-mode object has no rodata")?;
             ro.n_sets = info.layout.sets;
             ro.n_segs = info.layout.segs;
+            ro.n_slots = info.layout.slots();
             ro.max_age_ns = info.max_age_secs.saturating_mul(1_000_000_000);
             ro.quarantine_ns = info.quarantine_ms.saturating_mul(1_000_000);
             ro.settle_max_ns = info.settle_max_secs.saturating_mul(1_000_000_000);

@@ -2,7 +2,7 @@
 //!
 //! Items are appended to a log (the arena) and found through a set-associative index of
 //! [`WAYS`]-way sets. Each stored item costs its header and text rounded up to 16 in the arena
-//! plus one index way (`SET_BYTES / WAYS` bytes: the set's line and its coherence state), so the
+//! plus one index way (`WAY_BYTES`: its share of the set's line, coherence state and hot slot), so the
 //! split follows the expected average item size: with `item_bytes` per item, the index gets just
 //! enough ways for the items the arena holds.
 use serde::{Deserialize, Serialize};
@@ -15,6 +15,13 @@ pub const WAYS: u32 = crate::abi::WAYS as u32;
 /// (`struct ink_set_state`, in the `set_state` map).
 pub const SET_BYTES: u32 =
     (std::mem::size_of::<ink_set>() + std::mem::size_of::<ink_set_state>()) as u32;
+/// Bytes of a hot slot (`SLOT_BYTES`): a copy of a recently hit small item, found from its key's
+/// hash; one per [`SETS_PER_SLOT`] sets, in arena segments after the log's.
+pub const SLOT_BYTES: u32 = crate::abi::SLOT_BYTES as u32;
+/// Index sets per hot slot (`SETS_PER_SLOT`).
+pub const SETS_PER_SLOT: u32 = crate::abi::SETS_PER_SLOT as u32;
+/// Index memory per way: its share of its set's line and coherence state, and of a hot slot.
+pub const WAY_BYTES: u32 = (SET_BYTES + SLOT_BYTES / SETS_PER_SLOT) / WAYS;
 /// Bytes of one arena map value (`struct ink_seg`); `SEG_BYTES` of it hold items.
 pub const SEG_VALUE_BYTES: u32 = std::mem::size_of::<ink_seg>() as u32;
 /// Item bytes per arena segment (`SEG_BYTES`).
@@ -47,26 +54,42 @@ impl Layout {
     /// minimum layout (16 sets, 2 segments) gets the minimum layout, which exceeds it.
     pub fn for_bytes(budget: u64, item_bytes: u32) -> Layout {
         let per_item = log_bytes_of(item_bytes.clamp(16, crate::abi::ITEM_CAP as u32)) as u64;
-        let way_bytes = (SET_BYTES / WAYS) as u64;
-        let items = budget / (per_item + way_bytes);
-        let sets = (items.div_ceil(WAYS as u64)).max(16);
-        let arena = budget.saturating_sub(sets * SET_BYTES as u64);
+        let items = budget / (per_item + WAY_BYTES as u64);
+        let sets = (items.div_ceil(WAYS as u64)).max(16) as u32;
+        let index = Layout { sets, segs: 0 }.index_bytes();
+        let arena = budget.saturating_sub(index);
         let segs = (arena / SEG_VALUE_BYTES as u64).max(2);
         Layout {
-            sets: sets as u32,
+            sets,
             segs: segs as u32,
         }
+    }
+
+    /// Hot slots: one per [`SETS_PER_SLOT`] sets.
+    pub fn slots(&self) -> u32 {
+        self.sets.div_ceil(SETS_PER_SLOT)
+    }
+
+    /// Arena segments the hot slots take, after the log's `segs`.
+    pub fn slot_segs(&self) -> u32 {
+        self.slots().div_ceil(SEG_BYTES / SLOT_BYTES)
+    }
+
+    /// Entries of the arena map: the log's segments, then the hot slots'.
+    pub fn arena_entries(&self) -> u32 {
+        self.segs + self.slot_segs()
     }
 
     pub fn ways(&self) -> u64 {
         self.sets as u64 * WAYS as u64
     }
 
+    /// The sets, their coherence state and the hot slots.
     pub fn index_bytes(&self) -> u64 {
-        self.sets as u64 * SET_BYTES as u64
+        self.sets as u64 * SET_BYTES as u64 + self.slot_segs() as u64 * SEG_VALUE_BYTES as u64
     }
 
-    /// Map memory of the arena (segments and their slack).
+    /// Map memory of the log's arena segments (and their slack).
     pub fn arena_bytes(&self) -> u64 {
         self.segs as u64 * SEG_VALUE_BYTES as u64
     }
@@ -82,7 +105,7 @@ impl Layout {
 
     /// Memory one stored item of `item_bytes` costs: its log bytes and its index way.
     pub fn bytes_per_item(item_bytes: u32) -> u32 {
-        log_bytes_of(item_bytes) + SET_BYTES / WAYS
+        log_bytes_of(item_bytes) + WAY_BYTES
     }
 }
 
@@ -129,7 +152,7 @@ mod tests {
                 assert!(l.total_bytes() <= budget, "{budget} B, {item} B: {l:?}");
                 // whole segments: at most one segment's memory left over, plus the index rounding
                 assert!(
-                    budget - l.total_bytes() <= SEG_VALUE_BYTES as u64 + SET_BYTES as u64,
+                    budget - l.total_bytes() <= SEG_VALUE_BYTES as u64 + WAY_BYTES as u64 * 8,
                     "{budget} B, {item} B: {l:?}"
                 );
             }
@@ -144,6 +167,7 @@ mod tests {
         // the ways, 8 bytes each, in one cache line; the coherence state apart, 32 bytes
         assert_eq!(std::mem::size_of::<ink_set>(), 64);
         assert_eq!(SET_BYTES, 64 + 32);
+        assert_eq!(WAY_BYTES, 20); // with a quarter of a 256-byte hot slot per set
         assert_eq!(ITEM_HDR, 24); // struct ink_item, checked against it in C
         assert_eq!(SEG_VALUE_BYTES, SEG_BYTES + 2048);
     }

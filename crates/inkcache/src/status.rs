@@ -198,10 +198,11 @@ pub fn render(rows: &[StatusRow]) -> String {
         let l = &i.layout;
         let _ = writeln!(
             o,
-            "  cache       {:.1} MiB: index {} sets x {} ways ({:.1} MiB), log {} x 64 KiB (sized for {}-byte items; items up to {} bytes)",
+            "  cache       {:.1} MiB: index {} sets x {} ways and {} hot slots ({:.1} MiB), log {} x 64 KiB (sized for {}-byte items; items up to {} bytes)",
             r.cache_bytes as f64 / 1048576.0,
             l.sets,
             crate::layout::WAYS,
+            l.slots(),
             l.index_bytes() as f64 / 1048576.0,
             l.segs,
             i.item_bytes,

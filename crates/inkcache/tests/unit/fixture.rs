@@ -113,6 +113,13 @@ impl Fx {
                 .update(&i.to_ne_bytes(), &zero_state, MapFlags::ANY)
                 .unwrap();
         }
+        // the hot slots name log positions, which start again from 0 with the head below
+        let zero_seg = vec![0u8; m.arena.value_size() as usize];
+        for i in self.l.layout.segs..self.l.layout.arena_entries() {
+            m.arena
+                .update(&i.to_ne_bytes(), &zero_seg, MapFlags::ANY)
+                .unwrap();
+        }
         for map in [
             &m.pending as &dyn MapCore,
             &m.udp_writes,

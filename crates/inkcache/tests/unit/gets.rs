@@ -180,6 +180,47 @@ fn a_way_naming_another_item_passes() {
     f.assert_hit(&fl, "beta", 2, b"second");
 }
 
+/// Hits `key` (asserting each reply is `value`) until one is served from its hot slot (a hit read
+/// from the log takes the slot once in a few); panics if none is.
+fn hit_until_slotted(f: &Fx, fl: &Flow, key: &str, flags: u32, value: &[u8]) {
+    let before = f.stats().slot_hits;
+    for _ in 0..64 {
+        f.assert_hit(fl, key, flags, value);
+        if f.stats().slot_hits > before {
+            return;
+        }
+    }
+    panic!("{key}: never served from its hot slot: {:?}", f.stats());
+}
+
+#[test]
+fn a_hot_slot_serves_only_the_item_its_way_names() {
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, "hot", 1, b"first");
+    hit_until_slotted(&f, &fl, "hot", 1, b"first");
+    let first = f.way_pos("hot").expect("hot's way");
+    // a write: the slot still holds the first item, the way is gone
+    set_key(&f, &fl, "hot", 2, b"second");
+    let (a, _) = f.request(&fl, b"get hot\r\n");
+    assert_eq!(a, XDP_PASS, "served from the slot after the write");
+    // a newer item: the way names another position than the slot's
+    f.fill(&fl, "hot", 2, b"second");
+    let slotted = f.stats().slot_hits;
+    f.assert_hit(&fl, "hot", 2, b"second");
+    assert_eq!(
+        f.stats().slot_hits,
+        slotted,
+        "the slot served for a newer item"
+    );
+    hit_until_slotted(&f, &fl, "hot", 2, b"second");
+    // the way back on the first item (still in the log): read from the log, not the slot
+    f.put_way("hot", first);
+    let slotted = f.stats().slot_hits;
+    f.assert_hit(&fl, "hot", 1, b"first");
+    assert_eq!(f.stats().slot_hits, slotted);
+}
+
 #[test]
 fn more_keys_than_the_kernel_answers_pass() {
     let f = fx();
