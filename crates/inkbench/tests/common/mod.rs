@@ -56,7 +56,9 @@ impl Memcached {
                 if let Ok(Some(_)) = child.try_wait() {
                     break; // exited: port taken meanwhile, try another
                 }
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+                // up once it answers, and still running after: a connect alone could reach
+                // another listener that took the port while this memcached failed to bind it
+                if answers_version(&addr) && matches!(child.try_wait(), Ok(None)) {
                     return Memcached { child, addr };
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -66,6 +68,18 @@ impl Memcached {
         }
         panic!("could not start memcached");
     }
+}
+
+/// Whether a memcached answers `version` at `addr` over TCP.
+fn answers_version(addr: &SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut c) = TcpStream::connect_timeout(addr, Duration::from_millis(100)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 64];
+    c.write_all(b"version\r\n").is_ok()
+        && matches!(c.read(&mut buf), Ok(n) if buf[..n].starts_with(b"VERSION "))
 }
 
 impl Drop for Memcached {
