@@ -9,7 +9,9 @@
  * then checks that no fill has reserved the item's bytes since (the head has not moved a whole
  * arena past it): the copy is then the item as published. Items never change once published,
  * and a way is read and written whole, so a lookup racing a writer sees the old item or the new
- * one, each whole. The key is compared in full on the copy.
+ * one, each whole. The key is compared in full on the copy. A lookup of a 1-key get reads the
+ * key's hot slot along with its set and copies the item from there instead of from the log when
+ * the slot holds the position the way names (inkcache_common.h; slot_put writes slots).
  *
  * Each set also has its coherence state (set_state, written by coherence.h): when a key of it was
  * last written (stable_since) and how many writes the server has not answered yet (open). A reply

@@ -180,8 +180,9 @@ fn a_way_naming_another_item_passes() {
     f.assert_hit(&fl, "beta", 2, b"second");
 }
 
-/// Hits `key` (asserting each reply is `value`) until one is served from its hot slot (a hit read
-/// from the log takes the slot once in a few); panics if none is.
+/// Hits `key` (asserting each reply is `value`) until one is served from its hot slot (the hit
+/// read from the log before it takes the slot, unless another CPU is writing it); panics if none
+/// is.
 fn hit_until_slotted(f: &Fx, fl: &Flow, key: &str, flags: u32, value: &[u8]) {
     let before = f.stats().slot_hits;
     for _ in 0..64 {
