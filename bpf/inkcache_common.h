@@ -169,6 +169,10 @@ struct ink_seg {
 #define SETS_PER_SLOT 4
 /* largest item (header and text) a slot takes: a copy's last 16-byte step stays in the slot */
 #define SLOT_ITEM_MAX (SLOT_BYTES - SLOT_META - 16)
+/* A CPU's 1-key lookups read the slot only while enough recent items fit one (at least one in
+ * three): where values are large the slot read is a miss that buys nothing. The credit is capped
+ * so that a change of workload is followed within a few dozen lookups. */
+#define SLOT_CREDIT_MAX 32
 
 /* A TCP connection to the server, followed from its SYN so that each write can be settled by the
  * server's answer to it (see stream.h). */

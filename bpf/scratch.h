@@ -127,6 +127,8 @@ struct scratch {
 		__u64 warm;            /* warm_keys: what it read (kept, so the loads are made) */
 		__u64 slot_sq;         /* the hot slot's count when its item was read; 0: not read */
 		__u64 one_key;         /* the request has one key: its lookup uses the hot slots */
+		__u64 slot_credit;     /* 1-key lookups read the hot slot while > 0: +2 for each item
+					* that fits one, -1 for each that does not (table_lookup) */
 	} lk;
 	struct {                     /* meta_flags' state: in map memory, whose values the verifier
 				      * does not follow (flag combinations as register constants

@@ -429,7 +429,9 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	/* the hot slot is read before the set's ways are looked at: both wait on memory together */
 	segi = slot_seg(h, &sloff);
 	sloff &= SEG_BYTES - 1;
-	slot = s->lk.one_key ? bpf_map_lookup_elem(&arena, &segi) : NULL;
+	/* not where recent items were too big for a slot (large values): reading it would only
+	 * add a miss */
+	slot = s->lk.one_key && s->lk.slot_credit ? bpf_map_lookup_elem(&arena, &segi) : NULL;
 	if (slot) {
 		__u64 line2 = LOAD64(&slot->b[sloff + 64]);
 		barrier_var(line2); /* loaded now, with the first line: most items span two */
@@ -492,6 +494,13 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	/* get form: the VALUE line without " <cas>", then the data */
 	first = (want_cas || !cas) ? len : hdr - 2 - cas;
 	out_len = (want_cas || !cas) ? len : len - cas;
+	if (s->lk.one_key) {
+		__u64 c = s->lk.slot_credit;
+		if (first == len && len <= SLOT_ITEM_MAX - ITEM_HDR)
+			s->lk.slot_credit = c < SLOT_CREDIT_MAX ? c + 2 : c;
+		else if (c)
+			s->lk.slot_credit = c - 1;
+	}
 	if (want_cas & LKM_STAGE) {
 		if (out_off + len > limit || out_off + len > OUT_LEN - 32)
 			return LK_FULL;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Live eBPF cost of kernel hits (issue 11): inkcache_xdp's run time per packet under bpf_stats,
 # for gets of 1 and of MULTIGET keys (default 10) drawn Zipf 0.99 from KEYS (default 100,000) keys of 32 bytes
-# with 32-byte values, every key stored and in the kernel cache (hit ratio 1.0). Each inkcache
+# with VALUE_SIZE-byte values (default 32), every key stored and in the kernel cache (hit ratio 1.0). Each inkcache
 # CLI given is attached in turn, ROUNDS times, in the pinned topology of shared/GUIDE.md section 2
 # (client on CPU0; memcached -t 1 and the server veth's threaded NAPI on CPU1), so two builds are
 # compared in one run on one machine. Usage:
@@ -16,6 +16,7 @@ SECS=${SECS:-8}
 MULTIGET=${MULTIGET:-10}
 CACHE_MB=${CACHE_MB:-256}
 KEYS=${KEYS:-100000}
+VALUE_SIZE=${VALUE_SIZE:-32}
 [ $# -gt 0 ] || set -- "$BIN/inkcache"
 pinned_memcached hc 1024
 STATS_WAS=$(cat /proc/sys/kernel/bpf_stats_enabled)
@@ -30,7 +31,7 @@ gets() { # label keys-per-get popularity seconds: prints "ns_per_run hit_ratio"
     local a b
     a=$(prog_stats)
     ip netns exec "$CLI" taskset -c 0 "$BIN/inkbench" run --server 198.18.0.1:11211 --proto udp \
-        --get-ratio 1 --multiget "$2" --keys $KEYS --key-size 32 --value-size 32 \
+        --get-ratio 1 --multiget "$2" --keys $KEYS --key-size 32 --value-size $VALUE_SIZE \
         --popularity "$3" --duration "$4s" --warmup 0s --inflight 32 --no-server-stats \
         --json > "$OUT/$1.json"
     b=$(prog_stats)
@@ -42,7 +43,7 @@ PY
 }
 
 ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:11211 --proto tcp --get-ratio 0 \
-    --keys $KEYS --key-size 32 --value-size 32 --duration 1s --preload --no-server-stats \
+    --keys $KEYS --key-size 32 --value-size $VALUE_SIZE --duration 1s --preload --no-server-stats \
     --json > /dev/null
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
 for round in $(seq "$ROUNDS"); do

@@ -222,6 +222,34 @@ fn a_hot_slot_serves_only_the_item_its_way_names() {
     assert_eq!(f.stats().slot_hits, slotted);
 }
 
+/// A CPU whose 1-key lookups keep finding items too big for a hot slot (large values) stops
+/// reading the slots, which would only add a miss, and takes them up again once small items are
+/// hit (table.h, SLOT_CREDIT_MAX).
+#[test]
+fn large_values_turn_a_cpus_hot_slots_off_until_small_ones_are_hit() {
+    // the credit is per CPU: every request of this test runs on one
+    let mut one = nix::sched::CpuSet::new();
+    one.set(0).expect("cpu 0");
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pin to cpu 0");
+    let f = fx();
+    let fl = Flow::v4();
+    let big = vec![b'b'; 1000];
+    f.fill(&fl, "hot", 1, b"small");
+    f.fill(&fl, "big", 2, &big);
+    hit_until_slotted(&f, &fl, "hot", 1, b"small");
+    for _ in 0..40 {
+        f.assert_hit(&fl, "big", 2, &big);
+    }
+    let slotted = f.stats().slot_hits;
+    f.assert_hit(&fl, "hot", 1, b"small");
+    assert_eq!(
+        f.stats().slot_hits,
+        slotted,
+        "the slot was read after 40 items too big for one"
+    );
+    hit_until_slotted(&f, &fl, "hot", 1, b"small");
+}
+
 #[test]
 fn more_keys_than_the_kernel_answers_pass() {
     let f = fx();
