@@ -7,7 +7,8 @@
 # compared in one run on one machine. Usage:
 #   scripts/hit-cost-live.sh [INKCACHE_CLI...]      (default: $BIN/inkcache)
 # Prints one line per measurement: ns per run, and each key after the first of a multi-key get
-# ((cost of the N-key get - cost of the 1-key get) / (N - 1)). Root; about 45 s per CLI and round.
+# ((cost of the N-key get - cost of the 1-key get) / (N - 1)), then the hits, slot hits and
+# promotions counted (inkcache stats, both gets). Root; about 45 s per CLI and round.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-target/release}
@@ -58,7 +59,7 @@ for round in $(seq "$ROUNDS"); do
             "each key after the first $(((many - one) / (MULTIGET - 1))) ns;" \
             "$("$ink" --netns "$SRV" stats --iface "$SIF" --json | python3 -c 'import json, sys
 s = json.load(sys.stdin)
-print(", ".join(f"{k} {s[k]}" for k in ("hits", "promoted") if k in s))')"
+print(", ".join(f"{k} {s[k]}" for k in ("hits", "slot_hits", "promoted") if k in s))')"
         "$ink" --netns "$SRV" detach --iface "$SIF" > /dev/null
     done
 done
