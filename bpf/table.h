@@ -85,6 +85,19 @@ static __always_inline void fence(struct scratch *s)
 	barrier_var(v); /* used: the fetching (ordered) form of the add */
 }
 
+/* The way for `tag` in `set`: 1 with the 32-bit log position it names in *pos, or 0. */
+static __always_inline int find_way(struct ink_set *set, __u32 tag, __u32 *pos)
+{
+	for (__u32 w = 0; w < WAYS; w++) {
+		__u64 v = way_word(set, w);
+		if (WORD_TAG(v) == tag) {
+			*pos = WORD_POS(v);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static __always_inline __u64 arena_units(void)
 {
 	return (__u64)n_segs * SEG_UNITS;
@@ -367,26 +380,15 @@ __noinline int warm_keys(__u32 n)
 	}
 	head = *(volatile __u64 *)&g->head;
 	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
-		__u64 h, v, p;
-		__u32 tag, pos = 0, found = 0, soff, segi;
+		__u64 h, p;
+		__u32 pos = 0, soff, segi;
 		struct ink_set *set;
 		struct ink_seg *seg;
 		if (k >= n)
 			break;
 		h = s->kh[k];
 		set = set_for(h);
-		if (!set)
-			continue;
-		tag = tag_of(h);
-		for (__u32 w = 0; w < WAYS; w++) {
-			v = way_word(set, w);
-			if (WORD_TAG(v) == tag) {
-				pos = WORD_POS(v);
-				found = 1;
-				break;
-			}
-		}
-		if (!found)
+		if (!set || !find_way(set, tag_of(h), &pos))
 			continue;
 		p = full_pos(head, pos);
 		segi = seg_index(p, &soff);
@@ -412,9 +414,8 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	struct ink_set *set;
 	struct ink_seg *seg, *slot;
 	struct ink_item *it;
-	__u32 koff, klen, tag, pos = 0, len, hdr, cas, first, out_len, soff, segi, sloff;
+	__u32 koff, klen, pos = 0, len, hdr, cas, first, out_len, soff, segi, sloff;
 	__u64 h, head, p, exp, filled, sq = 0, spos = 0;
-	int found = 0;
 
 	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
 		return LK_MISS;
@@ -440,16 +441,7 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 		sloff += dep_zero(sq);
 		spos = *(volatile __u64 *)&slot->b[sloff + 8];
 	}
-	tag = tag_of(h);
-	for (__u32 w = 0; w < WAYS; w++) {
-		__u64 v = way_word(set, w);
-		if (WORD_TAG(v) == tag) {
-			pos = WORD_POS(v);
-			found = 1;
-			break;
-		}
-	}
-	if (!found)
+	if (!find_way(set, tag_of(h), &pos))
 		return LK_MISS;
 	head = *(volatile __u64 *)&g->head;
 	p = full_pos(head, pos);
