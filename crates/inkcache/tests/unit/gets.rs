@@ -194,6 +194,14 @@ fn hit_until_slotted(f: &Fx, fl: &Flow, key: &str, flags: u32, value: &[u8]) {
     panic!("{key}: never served from its hot slot: {:?}", f.stats());
 }
 
+/// Hits `key` (asserting the reply is `value`) and asserts the hit was not served from a hot
+/// slot (`why` says what that would mean).
+fn hit_not_slotted(f: &Fx, fl: &Flow, key: &str, flags: u32, value: &[u8], why: &str) {
+    let slotted = f.stats().slot_hits;
+    f.assert_hit(fl, key, flags, value);
+    assert_eq!(f.stats().slot_hits, slotted, "{why}");
+}
+
 #[test]
 fn a_hot_slot_serves_only_the_item_its_way_names() {
     let f = fx();
@@ -207,19 +215,25 @@ fn a_hot_slot_serves_only_the_item_its_way_names() {
     assert_eq!(a, XDP_PASS, "served from the slot after the write");
     // a newer item: the way names another position than the slot's
     f.fill(&fl, "hot", 2, b"second");
-    let slotted = f.stats().slot_hits;
-    f.assert_hit(&fl, "hot", 2, b"second");
-    assert_eq!(
-        f.stats().slot_hits,
-        slotted,
-        "the slot served for a newer item"
+    hit_not_slotted(
+        &f,
+        &fl,
+        "hot",
+        2,
+        b"second",
+        "the slot served for a newer item",
     );
     hit_until_slotted(&f, &fl, "hot", 2, b"second");
     // the way back on the first item (still in the log): read from the log, not the slot
     f.put_way("hot", first);
-    let slotted = f.stats().slot_hits;
-    f.assert_hit(&fl, "hot", 1, b"first");
-    assert_eq!(f.stats().slot_hits, slotted);
+    hit_not_slotted(
+        &f,
+        &fl,
+        "hot",
+        1,
+        b"first",
+        "the slot served a way's older item",
+    );
 }
 
 /// A CPU whose 1-key lookups keep finding items too big for a hot slot (large values) stops
@@ -241,12 +255,13 @@ fn large_values_turn_a_cpus_hot_slots_off_until_small_ones_are_hit() {
     for _ in 0..40 {
         f.assert_hit(&fl, "big", 2, &big);
     }
-    let slotted = f.stats().slot_hits;
-    f.assert_hit(&fl, "hot", 1, b"small");
-    assert_eq!(
-        f.stats().slot_hits,
-        slotted,
-        "the slot was read after 40 items too big for one"
+    hit_not_slotted(
+        &f,
+        &fl,
+        "hot",
+        1,
+        b"small",
+        "the slot was read after 40 items too big for one",
     );
     hit_until_slotted(&f, &fl, "hot", 1, b"small");
 }
