@@ -165,7 +165,6 @@ __noinline int compose_mg(__u32 len, __u32 limit, __u64 now)
 		return -1;
 	s->koff[0] = 3;
 	s->klen[0] = klen;
-	s->kh[0] = key_hash(3, klen);
 	s->lk.one_key = 1;
 	s->mg.n = 0;
 	s->mg.seen = 0;

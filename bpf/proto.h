@@ -325,14 +325,12 @@ static __always_inline int tok_number(struct scratch *s, __u32 i, __u32 kind)
 
 /* 64-bit hash of the key at buf[off, off+len), eight bytes at a time (a multiply-xorshift mix per
  * word, seeded with the secret hash_seed and the length). The control plane has the same function
- * (`inkcache::key_hash`). */
-__noinline __u64 key_hash(__u32 off, __u32 len)
+ * (`inkcache::key_hash`). Inlined where a call would cost on the hit path (table_lookup hashes its
+ * key at its top, where few paths reach the loop); key_hash is the global form for the rest. */
+static __always_inline __u64 hash_of(struct scratch *s, __u32 off, __u32 len)
 {
-	struct scratch *s = get_scratch();
 	__u64 h = 0x9E3779B97F4A7C15ULL ^ hash_seed ^ len;
 
-	if (!s)
-		return 0;
 	for (__u32 i = 0; i < 32; i++) {
 		__u32 pos = i * 8;
 		if (pos >= len)
@@ -344,6 +342,13 @@ __noinline __u64 key_hash(__u32 off, __u32 len)
 	h *= 0xc4ceb9fe1a85ec53ULL;
 	h ^= h >> 29;
 	return h;
+}
+
+__noinline __u64 key_hash(__u32 off, __u32 len)
+{
+	struct scratch *s = get_scratch();
+
+	return s ? hash_of(s, off, len) : 0;
 }
 
 static __always_inline int buf_eq(struct scratch *s, __u32 off, const char *lit, __u32 n)

@@ -90,7 +90,7 @@ static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, 
 	s->lk.sum = 0;
 	if (limit > DGRAM_MAX)
 		limit = DGRAM_MAX;
-	hash_keys(s, n);
+	s->lk.one_key = n == 1;
 	if (n > 1)
 		warm_keys(n);
 	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
@@ -156,7 +156,7 @@ __noinline int compose_hits(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit, 
 	if (!s)
 		return -1;
 	w.limit = limit > DGRAM_MAX ? DGRAM_MAX : limit;
-	hash_keys(s, n);
+	s->lk.one_key = n == 1;
 	warm_keys(n);
 	bpf_loop(MAX_GET_KEYS, hits_step, &w, 0);
 	s->nmiss = w.m;

@@ -95,7 +95,7 @@ struct scratch {
 	__u8 out[OUT_LEN];           /* reply under construction: frame header + items + END */
 	__u16 koff[32];
 	__u16 klen[32];
-	__u64 kh[32];                /* their hashes (hash_keys), as table_lookup reads them */
+	__u64 kh[32];                /* their hashes (warm_keys: gets of several keys) */
 	__u32 dirty;                 /* scan_token saw a byte that is not printable ASCII */
 	__u32 need;                  /* reply length a lookup would have reached (LK_FULL) */
 	__u32 miss[32];              /* split multi-key gets: the keys that missed, in order */
@@ -122,13 +122,18 @@ struct scratch {
 		__u32 klen;            /* its key length */
 		__u64 filled;          /* its fill time (a promoted copy keeps it) */
 		__u64 now;             /* the clock for the request's keys, 0 until one needs it */
-		__u64 sum;             /* copy_to_out, compose_reply: the reply's sum so far (csum.h) */
+		__u64 sum;             /* copy_item, compose_reply: the reply's sum so far (csum.h) */
 		__u64 fence;           /* target of table.h's fence() */
 		__u64 warm;            /* warm_keys: what it read (kept, so the loads are made) */
 		__u64 slot_sq;         /* the hot slot's count when its item was read; 0: not read */
 		__u64 one_key;         /* the request has one key: its lookup uses the hot slots */
 		__u64 slot_credit;     /* 1-key lookups read the hot slot while > 0: +2 for each item
 					* that fits one, -1 for each that does not (table_lookup) */
+		/* values passed through map memory, whose values the verifier does not follow, so
+		 * that every path into a loop leaves it the same state */
+		volatile __u64 cp_from, cp_dst, cp_n; /* copy_item's arguments */
+		__u64 h, p;            /* table_lookup: the key's hash, the item's log position */
+		__u32 pos, pad;        /* and its way's 32-bit position */
 	} lk;
 	struct {                     /* meta_flags' state: in map memory, whose values the verifier
 				      * does not follow (flag combinations as register constants

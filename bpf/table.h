@@ -161,33 +161,60 @@ __noinline int copy_to_seg(__u32 segi, __u32 soff, __u32 src, __u32 n, __u32 fro
 	return 0;
 }
 
-/* Copies n bytes at byte soff + skip (skip < 512) of segment `segi` to scratch.out at `dst`, and
- * adds their sum, as they lie at dst in the reply, to scratch.lk.sum: the reply's checksum is
- * summed while it is composed, not read again (a word's 32-bit halves summed in 64 bits, folded to
- * 16 bits, bytes swapped if dst is odd: the words pair the other way in the reply). */
-__noinline int copy_to_out(__u32 segi, __u32 soff, __u32 skip, __u32 dst, __u32 n)
+/* Copies n bytes (1..ITEM_CAP) of segment `seg` at byte `from` (< SEG_BYTES + 512) to scratch.out
+ * at `dst`, and adds their sum, as they lie at dst in the reply, to scratch.lk.sum: the reply's
+ * checksum is summed while it is composed, not read again (a word's 32-bit halves summed in 64
+ * bits, folded to 16 bits, bytes swapped if dst is odd: the words pair the other way in the
+ * reply). 16 bytes a step; the last step may touch up to 15 bytes past n, inside the scratch
+ * buffers' and the segment's slack. Inlined in table_lookup (a call and its return cost ~10-15 ns
+ * each on the hit path here). What keeps the verifier's walk short: the arguments pass through
+ * map memory, so every path into the loop brings it the same (unknown) values; as in pktcopy.h
+ * the loop tests a step count derived from n and its counter is dead after it, so every exit
+ * leaves one state and the verifier walks what follows once. */
+static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u64 from, __u64 dst,
+				     __u64 n)
 {
-	struct scratch *s = get_scratch();
-	struct ink_seg *seg = bpf_map_lookup_elem(&arena, &segi);
-	__u32 base = (soff & (SEG_BYTES - 1)) + (skip & 511); /* masks the verifier follows */
-	__u64 acc = 0;
+	__u64 acc = 0, steps, a, b, rest, o, to, fr;
 
-	if (!s || !seg || n > ITEM_CAP)
+	s->lk.cp_from = from;
+	s->lk.cp_dst = dst;
+	s->lk.cp_n = n;
+	from = s->lk.cp_from;
+	dst = s->lk.cp_dst;
+	n = s->lk.cp_n;
+	if (n == 0 || n > ITEM_CAP || from >= SEG_BYTES + 512)
 		return -1;
-	for (__u32 c = 0; c < ITEM_CAP / 16; c++) {
-		__u32 o = c * 16, to = (dst + o) & OUT_MASK, from = base + o;
-		__u64 a, b;
-		if (o >= n)
+	steps = n >> 4;
+	for (__u64 c = 0; c < ITEM_CAP / 16; c++) {
+		if (c >= steps)
 			break;
+		o = c * 16;
+		to = (dst + o) & OUT_MASK;
+		fr = from + o;
 		barrier_var(to);
-		a = LOAD64(&seg->b[from]);
-		b = LOAD64(&seg->b[from + 8]);
+		a = LOAD64(&seg->b[fr]);
+		b = LOAD64(&seg->b[fr + 8]);
 		STORE64(&s->out[to], a);
 		STORE64(&s->out[to + 8], b);
-		if (n - o < 16) { /* the last step: only the bytes before n count */
-			a = low_bytes(a, n - o);
-			b = n - o > 8 ? low_bytes(b, n - o - 8) : 0;
-		}
+		acc += (a & 0xffffffff) + (a >> 32) + (b & 0xffffffff) + (b >> 32);
+	}
+	rest = n & 15;
+	if (rest) { /* the last step: only the bytes before n count */
+		o = n & ~15ULL;
+		barrier_var(o);
+		o &= 2047; /* bounds on the register used */
+		to = (dst + o) & OUT_MASK;
+		fr = from + o;
+		barrier_var(to);
+		barrier_var(fr);
+		if (fr >= SEG_BYTES + 512 + ITEM_CAP)
+			return -1;
+		a = LOAD64(&seg->b[fr]);
+		b = LOAD64(&seg->b[fr + 8]);
+		STORE64(&s->out[to], a);
+		STORE64(&s->out[to + 8], b);
+		a = low_bytes(a, rest);
+		b = rest > 8 ? low_bytes(b, rest - 8) : 0;
 		acc += (a & 0xffffffff) + (a >> 32) + (b & 0xffffffff) + (b >> 32);
 	}
 	s->lk.sum += csum_at(acc, dst);
@@ -347,21 +374,11 @@ __noinline int promote(__u64 h, __u32 old_pos, __u32 src, __u32 len)
 	return 0;
 }
 
-/* Hashes the n keys at scratch.koff/klen into scratch.kh, where table_lookup reads them. */
-static __always_inline void hash_keys(struct scratch *s, __u32 n)
-{
-	s->lk.one_key = n == 1;
-	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
-		if (k >= n)
-			break;
-		s->kh[k] = key_hash(s->koff[k], s->klen[k]);
-	}
-}
-
-/* For a get of n > 1 keys hashed by hash_keys: reads every key's index set, then every found
- * item's first two lines, before the lookups. Each pass's loads are independent, so the CPU waits
- * on memory for all the keys at once rather than twice per key, and the lookups that follow find
- * the lines in its cache. Nothing read here is used: the lookups read and check it all again. */
+/* For a get of n > 1 keys: hashes each into scratch.kh (where table_lookup finds it) and reads
+ * every key's index set, then every found item's first two lines, before the lookups. Each
+ * pass's loads are independent, so the CPU waits on memory for all the keys at once rather than
+ * twice per key, and the lookups that follow find the lines in its cache. Nothing read here is
+ * used but the hashes: the lookups read and check it all again. */
 __noinline int warm_keys(__u32 n)
 {
 	struct scratch *s = get_scratch();
@@ -370,6 +387,14 @@ __noinline int warm_keys(__u32 n)
 
 	if (!s || !g)
 		return 0;
+	/* every hash first: the set reads below then follow each other closely enough for the CPU
+	 * to have them all in flight at once */
+	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
+		if (k >= n)
+			break;
+		/* the length read again: the loop's exits leave no bound on a register in use */
+		s->kh[k] = hash_of(s, s->koff[k], *(volatile __u16 *)&s->klen[k]);
+	}
 	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
 		struct ink_set *set;
 		if (k >= n)
@@ -423,7 +448,10 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	klen = s->klen[k & 31];
 	if (klen == 0 || klen > KEY_MAX)
 		return LK_MISS;
-	h = s->kh[k & 31];
+	/* a 1-key get's key is hashed here (no call), a multi-key get's by warm_keys; the length
+	 * read again, unlinked from klen: the hash loop's exits would otherwise each leave klen a
+	 * different range, and the verifier would walk the rest once for each */
+	h = s->lk.one_key ? hash_of(s, koff, *(volatile __u16 *)&s->klen[k & 31]) : s->kh[k & 31];
 	set = set_for(h);
 	if (!set)
 		return LK_MISS;
@@ -455,6 +483,12 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 		segi = seg_index(p, &soff);
 	}
 	s->lk.slot_sq = sq;
+	/* kept in the scratch, not in registers, while the item is copied: the copy's loop needs
+	 * them, and spilled they would take stack that the TC ingress program's deepest call
+	 * chain does not have (512 bytes in all, counted in 32-byte steps by 6.1) */
+	s->lk.h = h;
+	s->lk.p = p;
+	s->lk.pos = pos;
 	seg = bpf_map_lookup_elem(&arena, &segi);
 	if (!seg)
 		return LK_MISS;
@@ -506,10 +540,11 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	s->lk.klen = klen;
 	s->lk.hdr = hdr;
 	s->lk.cas = cas;
-	if (copy_to_out(segi, soff, ITEM_HDR, out_off, first))
+	soff &= SEG_BYTES - 1;
+	if (copy_item(s, seg, soff + ITEM_HDR, out_off, first))
 		return LK_MISS;
-	if (first < len &&
-	    copy_to_out(segi, soff, ITEM_HDR + hdr - 2, out_off + first, len - (hdr - 2)))
+	if (first < len && copy_item(s, seg, soff + ((ITEM_HDR + hdr - 2) & 511),
+				     out_off + first, len - (hdr - 2)))
 		return LK_MISS;
 
 	/* the key, 8 bytes at a time, against the copy ("VALUE " is 6 bytes) */
@@ -525,6 +560,8 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	/* nothing reserved the item's bytes while we read them: the header and text were read
 	 * before the fence, the head after it */
 	fence(s);
+	h = s->lk.h;
+	p = s->lk.p;
 	head = *(volatile __u64 *)&g->head;
 	if (head - p > arena_units())
 		return LK_MISS;
@@ -539,7 +576,7 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	}
 	/* an item about to be overwritten that is still read moves to the head (approximates LRU) */
 	if (head - p > arena_units() / 4 * 3 && first == len)
-		promote(h, pos, out_off, len);
+		promote(h, s->lk.pos, out_off, len);
 	return out_len;
 }
 
