@@ -27,6 +27,12 @@ static __always_inline __u32 csum_words(const __u16 *p, int n)
 	return s;
 }
 
+/* The two 32-bit halves of w summed: what a 64-bit sum of halves (below) adds for one word. */
+static __always_inline __u64 csum_halves(__u64 w)
+{
+	return (w & 0xffffffff) + (w >> 32);
+}
+
 /* A 64-bit sum of 32-bit halves of words laid from byte `off` of a message, as the 16-bit sum
  * (memory order) it adds to the message's: folded, and its bytes swapped if off is odd (the
  * message pairs those bytes the other way; a ones' complement sum commutes with the swap). */

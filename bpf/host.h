@@ -92,7 +92,7 @@ static __always_inline int request_sum(struct scratch *s, __u32 plen)
 		if (i >= words)
 			break;
 		w = LOAD64(&s->buf[(i * 8) & BUF_MASK]);
-		acc += (w & 0xffffffff) + (w >> 32);
+		acc += csum_halves(w);
 	}
 	acc = (acc & 0xffffffff) + (acc >> 32);
 	acc = (acc & 0xffffffff) + (acc >> 32);

@@ -28,7 +28,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define STAGE_PARSED   1  /* Ethernet, IP, UDP parsed; the port is a server's */
 #define STAGE_LOADED   2  /* the frame header checked, the request copied to scratch */
 #define STAGE_HOST     3  /* the host would deliver it (host.h) */
-#define STAGE_KEYS     4  /* the keys found and hashed */
+#define STAGE_KEYS     4  /* the keys found (each is hashed at its lookup, or by warm_keys) */
 #define STAGE_BOUND    5  /* global state, allowlist and amplification bound */
 #define STAGE_COMPOSED 6  /* every key looked up, the reply composed in scratch */
 #define STAGE(n)                                                                                   \

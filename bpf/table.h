@@ -196,7 +196,7 @@ static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u
 		b = LOAD64(&seg->b[fr + 8]);
 		STORE64(&s->out[to], a);
 		STORE64(&s->out[to + 8], b);
-		acc += (a & 0xffffffff) + (a >> 32) + (b & 0xffffffff) + (b >> 32);
+		acc += csum_halves(a) + csum_halves(b);
 	}
 	rest = n & 15;
 	if (rest) { /* the last step: only the bytes before n count */
@@ -215,7 +215,7 @@ static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u
 		STORE64(&s->out[to + 8], b);
 		a = low_bytes(a, rest);
 		b = rest > 8 ? low_bytes(b, rest - 8) : 0;
-		acc += (a & 0xffffffff) + (a >> 32) + (b & 0xffffffff) + (b >> 32);
+		acc += csum_halves(a) + csum_halves(b);
 	}
 	s->lk.sum += csum_at(acc, dst);
 	return 0;

@@ -21,7 +21,7 @@ const STAGES: [&str; 7] = [
     "parsed (Ethernet, IP, UDP, port)",
     "frame header checked, request copied",
     "host checks (MAC, addresses, checksums)",
-    "keys found and hashed",
+    "keys found",
     "global state, allowlist, bound",
     "keys looked up, reply composed",
     "reply built and sent (XDP_TX): the whole hit",
