@@ -94,11 +94,7 @@ static __always_inline int request_sum(struct scratch *s, __u32 plen)
 		w = LOAD64(&s->buf[(i * 8) & BUF_MASK]);
 		acc += csum_halves(w);
 	}
-	acc = (acc & 0xffffffff) + (acc >> 32);
-	acc = (acc & 0xffffffff) + (acc >> 32);
-	acc = (acc & 0xffff) + (acc >> 16);
-	acc = (acc & 0xffff) + (acc >> 16);
-	return (int)acc;
+	return (int)csum_at(acc, 0);
 }
 
 /* The UDP checksum of the request: pseudo header and UDP header from what parsing kept (struct
