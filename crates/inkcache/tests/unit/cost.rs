@@ -269,18 +269,25 @@ fn prog_ns(prog: &libbpf_rs::ProgramMut, frame: &[u8]) -> u128 {
     time_runs(prog, &[frame], 20_000, 5, Some(XDP_PASS), &String::new).0
 }
 
+/// The program that only returns XDP_PASS (bpf/inkcache_pass.bpf.c), loaded: the baseline.
+fn load_pass(
+    obj: &mut std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+) -> inkcache::skel::pass::InkcachePassSkel<'_> {
+    use inkcache::skel::pass::InkcachePassSkelBuilder;
+    use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+    InkcachePassSkelBuilder::default()
+        .open(obj)
+        .unwrap()
+        .load()
+        .unwrap()
+}
+
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn non_target_cost() {
-    use inkcache::skel::pass::InkcachePassSkelBuilder;
-    use libbpf_rs::skel::{OpenSkel, SkelBuilder};
     let f = fx();
     let mut obj = std::mem::MaybeUninit::uninit();
-    let pass = InkcachePassSkelBuilder::default()
-        .open(&mut obj)
-        .unwrap()
-        .load()
-        .unwrap();
+    let pass = load_pass(&mut obj);
     let fl = Flow::v4();
     let mut arp = vec![0xffu8; 6];
     arp.extend_from_slice(&packet::CLIENT_MAC);
@@ -320,39 +327,27 @@ fn cold_ns(
     evict: &[u64],
     runs: u32,
 ) -> u128 {
-    let mut best = u128::MAX;
-    for _ in 0..3 {
-        let mut total = 0u128;
-        for _ in 0..runs {
-            // one load per cache line, summed so the reads are made
-            let sink: u64 = evict.iter().step_by(8).copied().sum();
-            std::hint::black_box(sink);
-            let input = libbpf_rs::ProgramInput {
-                data_in: Some(frame),
-                repeat: 1,
-                ..Default::default()
-            };
-            let o = prog.test_run(input).unwrap();
-            assert_eq!(o.return_value, want);
-            total += o.duration.as_nanos();
-        }
-        best = best.min(total / u128::from(runs));
-    }
-    best
+    (0..3)
+        .map(|_| {
+            let total: u128 = (0..runs)
+                .map(|_| {
+                    // one load per cache line, summed so the reads are made
+                    std::hint::black_box(evict.iter().step_by(8).copied().sum::<u64>());
+                    time_runs(prog, &[frame], 1, 1, Some(want), &String::new).0
+                })
+                .sum();
+            total / u128::from(runs)
+        })
+        .min()
+        .unwrap()
 }
 
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn hot_hit_cost_cold_caches() {
-    use inkcache::skel::pass::InkcachePassSkelBuilder;
-    use libbpf_rs::skel::{OpenSkel, SkelBuilder};
     let f = fx();
     let mut obj = std::mem::MaybeUninit::uninit();
-    let pass = InkcachePassSkelBuilder::default()
-        .open(&mut obj)
-        .unwrap()
-        .load()
-        .unwrap();
+    let pass = load_pass(&mut obj);
     let fl = Flow::v4();
     let v = [b'v'; 32];
     write_key(&f, &fl, KEY, &v);
