@@ -427,9 +427,10 @@ __noinline int warm_keys(__u32 n)
 	return 0;
 }
 
-/* Appends key k's item (its hash in scratch.kh: hash_keys) to scratch.out at out_off: in `get` form (without the CAS), or with
- * want_cas in `gets` form (only if its CAS is known), serving it if not expired at `now` (0: the
- * clock is read if the item has an expiry, once per request: see compose_reply). Returns the
+/* Appends key k's item (a 1-key get's key is hashed here, a multi-key get's are in scratch.kh:
+ * warm_keys) to scratch.out at out_off: in `get` form (without the CAS), or with want_cas in
+ * `gets` form (only if its CAS is known), serving it if not expired at `now` (0: the clock is
+ * read if the item has an expiry, once per request: see compose_reply). Returns the
  * bytes appended, or LK_*; LK_FULL (nothing copied) if the reply would then be longer than
  * `limit` with "END\r\n" added. Adds the appended bytes' sum to scratch.lk.sum (csum.h). */
 __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, __u32 limit)
