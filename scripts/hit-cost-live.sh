@@ -4,7 +4,9 @@
 # with VALUE_SIZE-byte values (default 32), every key stored and in the kernel cache (hit ratio 1.0). Each inkcache
 # CLI given is attached in turn, ROUNDS times, in the pinned topology of shared/GUIDE.md section 2
 # (client on CPU0; memcached -t 1 and the server veth's threaded NAPI on CPU1), so two builds are
-# compared in one run on one machine. Usage:
+# compared in one run on one machine. The client veth's NAPI is not threaded: the client's receive
+# path runs on CPU1 in softirq after the server's NAPI sends; CLIENT_NAPI=1 threads it and pins it
+# to CPU0, as inklab does (both measured in docs/results/hitcost.md, eighth run). Usage:
 #   scripts/hit-cost-live.sh [INKCACHE_CLI...]      (default: $BIN/inkcache)
 # Prints one line per measurement: ns per run, and each key after the first of a multi-key get
 # ((cost of the N-key get - cost of the 1-key get) / (N - 1)), then the hits, slot hits and
@@ -51,6 +53,7 @@ for round in $(seq "$ROUNDS"); do
     for ink in "$@"; do
         "$ink" --netns "$SRV" attach --iface "$SIF" --port 11211 --cache-mb "$CACHE_MB" > /dev/null
         threaded_napi
+        [ "${CLIENT_NAPI:-0}" = 0 ] || client_napi
         gets learn 1 uniform 10 > /dev/null # every key into the kernel cache
         read -r one hr1 < <(gets one 1 zipf:0.99 "$SECS")
         read -r many hrn < <(gets many "$MULTIGET" zipf:0.99 "$SECS")

@@ -60,3 +60,12 @@ threaded_napi() {
     sleep 0.2
     pin_napi "$SIF" 1
 }
+
+# client_napi: threaded NAPI on the client veth (CIF in CLI), its kthreads pinned to CPU0 with the
+# client: its receive path (the replies' skbs, UDP, the socket) then runs on the client's CPU, as
+# on a client machine, and not on CPU1 between the server's packets. inklab's topology does this.
+client_napi() {
+    ip netns exec "$CLI" sh -c "echo 1 > /sys/class/net/$CIF/threaded"
+    sleep 0.2
+    pin_napi "$CIF" 0
+}
