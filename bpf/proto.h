@@ -27,7 +27,7 @@ __noinline int scan_token(__u32 start, __u32 end)
 	/* one branch a word (the exit): older verifiers (6.1) walk every path of every iteration */
 	for (__u32 i = 0; i < SCRATCH_LEN / 8; i++) {
 		__u32 pos = start + i * 8;
-		__u64 x, dm, bm;
+		__u64 x, dm, bm, km;
 		if (pos >= end)
 			break;
 		x = word_at(s, pos);
@@ -35,8 +35,9 @@ __noinline int scan_token(__u32 start, __u32 end)
 		     zero_bytes(x ^ (ONES * '\n'));
 		/* NUL, and bytes >= 0x80 (memcached takes them, the kernel leaves them to it) */
 		bm = zero_bytes(x) | (x & HIGHS);
-		dm = keep_bytes(dm, end - pos);
-		bm = keep_bytes(bm, end - pos);
+		km = low_mask(end - pos);
+		dm &= km;
+		bm &= km;
 		if (dm) {
 			/* the marks below the first delimiter's */
 			s->dirty = (acc | (bm & ((dm & -dm) - 1))) != 0;
@@ -326,12 +327,14 @@ static __always_inline int tok_number(struct scratch *s, __u32 i, __u32 kind)
 /* 64-bit hash of the key at buf[off, off+len), eight bytes at a time (a multiply-xorshift mix per
  * word, seeded with the secret hash_seed and the length). The control plane has the same function
  * (`inkcache::key_hash`). Inlined where a call would cost on the hit path (table_lookup hashes its
- * key at its top, where few paths reach the loop); key_hash is the global form for the rest. */
-static __always_inline __u64 hash_of(struct scratch *s, __u32 off, __u32 len)
+ * key at its top, where few paths reach the loop); key_hash is the global form for the rest.
+ * hash_words reads at most max_words words: a key of up to max_words * 8 bytes (a compile-time
+ * constant, the loop's bound, which is what the verifier walks). */
+static __always_inline __u64 hash_words(struct scratch *s, __u32 off, __u32 len, __u32 max_words)
 {
 	__u64 h = 0x9E3779B97F4A7C15ULL ^ hash_seed ^ len;
 
-	for (__u32 i = 0; i < 32; i++) {
+	for (__u32 i = 0; i < max_words; i++) {
 		__u32 pos = i * 8;
 		if (pos >= len)
 			break;
@@ -342,6 +345,12 @@ static __always_inline __u64 hash_of(struct scratch *s, __u32 off, __u32 len)
 	h *= 0xc4ceb9fe1a85ec53ULL;
 	h ^= h >> 29;
 	return h;
+}
+
+/* hash_words for a key of any length (up to KEY_MAX). */
+static __always_inline __u64 hash_of(struct scratch *s, __u32 off, __u32 len)
+{
+	return hash_words(s, off, len, 32);
 }
 
 __noinline __u64 key_hash(__u32 off, __u32 len)

@@ -374,6 +374,8 @@ __noinline int promote(__u64 h, __u32 old_pos, __u32 src, __u32 len)
 	return 0;
 }
 
+#define SHORT_KEY 32 /* warm_keys hashes keys up to this long inline */
+
 /* For a get of n > 1 keys: hashes each into scratch.kh (where table_lookup finds it) and reads
  * every key's index set, then every found item's first two lines, before the lookups. Each
  * pass's loads are independent, so the CPU waits on memory for all the keys at once rather than
@@ -392,8 +394,12 @@ __noinline int warm_keys(__u32 n)
 	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
 		if (k >= n)
 			break;
-		/* the length read again: the loop's exits leave no bound on a register in use */
-		s->kh[k] = hash_of(s, s->koff[k], *(volatile __u16 *)&s->klen[k]);
+		__u32 len = *(volatile __u16 *)&s->klen[k];
+		/* keys of up to 32 bytes (the usual ones) hashed here; longer ones by a call: a
+		 * 32-word loop inside the loop over the keys is more than the verifier can walk
+		 * under ISA v3 (7.2 refused it at 1M instructions) */
+		s->kh[k] = len <= SHORT_KEY ? hash_words(s, s->koff[k], len, SHORT_KEY / 8)
+					    : key_hash(s->koff[k], len);
 	}
 	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
 		struct ink_set *set;

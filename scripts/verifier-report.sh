@@ -36,7 +36,9 @@ build)
     mkdir -p "$dir"
     for src in "$ROOT"/bpf/*.bpf.c; do
         name=$(basename "$src" .bpf.c)
-        clang -g -O2 -target bpf -D__TARGET_ARCH_x86 -I"$inc" -I"/usr/include/$arch" \
+        cpu=()
+        [ "$name" = inkcache_xdp ] && cpu=(-mcpu=v3) # as crates/inkcache/build.rs (ISA_V3)
+        clang "${cpu[@]}" -g -O2 -target bpf -D__TARGET_ARCH_x86 -I"$inc" -I"/usr/include/$arch" \
             -I"$ROOT/bpf" -I"$(dirname "$vml")" -Wall -Werror -c "$src" -o "$dir/$name.o"
     done
     ls "$dir"/*.o

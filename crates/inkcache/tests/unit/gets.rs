@@ -119,6 +119,33 @@ fn multi_key_gets_that_all_hit_are_one_reply() {
     }
 }
 
+/// A multi-key get's keys are hashed inline up to 32 bytes and by a call beyond (table.h's
+/// warm_keys): keys on both sides of that length, up to the longest, all hit in one reply.
+#[test]
+fn multi_key_gets_hit_with_keys_of_every_length() {
+    let f = fx();
+    let fl = Flow::v4();
+    let keys: Vec<String> = [1usize, 31, 32, 33, 40, 64, 65, 250]
+        .iter()
+        .map(|&n| format!("L{}", "k".repeat(n - 1)))
+        .collect();
+    for k in &keys {
+        f.fill(&fl, k, 3, &k.as_bytes()[..5.min(k.len())]);
+    }
+    for pair in keys.windows(2) {
+        let what = format!("keys of {} and {} bytes", pair[0].len(), pair[1].len());
+        let (a, p) = f.request(&fl, format!("get {} {}\r\n", pair[0], pair[1]).as_bytes());
+        assert_eq!(a, XDP_TX, "{what}");
+        let mut want = Vec::new();
+        for k in pair {
+            let r = value_reply(k, 3, &k.as_bytes()[..5.min(k.len())]);
+            want.extend_from_slice(&r[..r.len() - 5]);
+        }
+        want.extend_from_slice(b"END\r\n");
+        assert_eq!(p.unwrap(), want, "{what}");
+    }
+}
+
 /// The reply's UDP checksum is summed while the items are copied (table.h's copy_to_out, one sum
 /// per piece, its bytes swapped at an odd offset): every parity of item length and offset, in
 /// get form (the item copied in two pieces around its CAS) and gets form, over IPv4 and IPv6.
