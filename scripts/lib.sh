@@ -53,19 +53,18 @@ pinned_memcached_cleanup() {
     rm -rf "$OUT"
 }
 
+# napi_thread NS IF CPU: threaded NAPI on IF (in NS), its kthreads pinned to CPU.
+napi_thread() {
+    ip netns exec "$1" sh -c "echo 1 > /sys/class/net/$2/threaded"
+    sleep 0.2
+    pin_napi "$2" "$3"
+}
+
 # threaded_napi: threaded NAPI on the server veth (SIF in SRV), its kthreads pinned to CPU1 with
 # the server (what makes CPU1's busy time the server's cost).
-threaded_napi() {
-    ip netns exec "$SRV" sh -c "echo 1 > /sys/class/net/$SIF/threaded"
-    sleep 0.2
-    pin_napi "$SIF" 1
-}
+threaded_napi() { napi_thread "$SRV" "$SIF" 1; }
 
 # client_napi: threaded NAPI on the client veth (CIF in CLI), its kthreads pinned to CPU0 with the
 # client: its receive path (the replies' skbs, UDP, the socket) then runs on the client's CPU, as
 # on a client machine, and not on CPU1 between the server's packets. inklab's topology does this.
-client_napi() {
-    ip netns exec "$CLI" sh -c "echo 1 > /sys/class/net/$CIF/threaded"
-    sleep 0.2
-    pin_napi "$CIF" 0
-}
+client_napi() { napi_thread "$CLI" "$CIF" 0; }
