@@ -87,6 +87,7 @@ static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, 
 	if (!s)
 		return RP_MISS;
 	s->lk.now = 0;
+	s->lk.coarse = 0;
 	s->lk.sum = 0;
 	if (limit > DGRAM_MAX)
 		limit = DGRAM_MAX;

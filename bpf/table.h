@@ -243,6 +243,36 @@ static __always_inline int item_put(__u64 p, __u64 exp, __u64 filled, __u32 len,
 	return 0;
 }
 
+/* How far the coarse clock may lag the monotonic clock, with a wide margin. It is that clock as
+ * of the last timekeeping update: never ahead of it, and behind by less than a tick or two (1-10
+ * ms, CONFIG_HZ 1000-100) while ticks run; a CPU woken from idle by an interrupt updates it on
+ * the way in (tick_nohz_irq_enter), before any softirq runs XDP. */
+#define COARSE_SLACK_NS (250ULL * 1000000ULL)
+
+/* Whether an item expiring at exp (ktime) has expired, by the clocks of the request, each read
+ * at most once per request (kept in scratch.lk; compose_reply zeroes them). The coarse clock
+ * costs a helper call and no clock-source read: ~30 ns less than bpf_ktime_get_ns() per hit
+ * here (unit::cost::hot_hit_cost, an item with an expiry). It decides alone only for items more
+ * than COARSE_SLACK_NS from their expiry, which the monotonic clock cannot have reached; the
+ * others are decided by the monotonic clock, as before it. */
+static __always_inline int expired_at(struct scratch *s, __u64 exp)
+{
+	__u64 now = s->lk.coarse;
+
+	if (!now) {
+		now = bpf_ktime_get_coarse_ns();
+		s->lk.coarse = now;
+	}
+	if (now + COARSE_SLACK_NS < exp)
+		return 0;
+	now = s->lk.now;
+	if (!now) {
+		now = bpf_ktime_get_ns();
+		s->lk.now = now;
+	}
+	return now >= exp;
+}
+
 /* Full log position of a way's 32-bit position, relative to the head. */
 static __always_inline __u64 full_pos(__u64 head, __u32 pos)
 {
@@ -435,8 +465,8 @@ __noinline int warm_keys(__u32 n)
 
 /* Appends key k's item (a 1-key get's key is hashed here, a multi-key get's are in scratch.kh:
  * warm_keys) to scratch.out at out_off: in `get` form (without the CAS), or with want_cas in
- * `gets` form (only if its CAS is known), serving it if not expired at `now` (0: the clock is
- * read if the item has an expiry, once per request: see compose_reply). Returns the
+ * `gets` form (only if its CAS is known), serving it if not expired at `now` (0: the clocks are
+ * read if the item has an expiry, once per request: expired_at). Returns the
  * bytes appended, or LK_*; LK_FULL (nothing copied) if the reply would then be longer than
  * `limit` with "END\r\n" added. Adds the appended bytes' sum to scratch.lk.sum (csum.h). */
 __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, __u32 limit)
@@ -507,19 +537,10 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u64 now, __u32 want_cas, _
 	cas = it->cas_len;
 	if (it->key_len != klen || filled <= g->flush_ns)
 		return LK_MISS;
-	/* an item that never expires needs no clock; else the clock is read once per request
-	 * (now == 0: read here, kept in scratch.lk.now for the request's other keys) */
-	if (exp != EXP_NEVER) {
-		if (!now) {
-			now = s->lk.now;
-			if (!now) {
-				now = bpf_ktime_get_ns();
-				s->lk.now = now;
-			}
-		}
-		if (now >= exp)
-			return LK_EXPIRED;
-	}
+	/* an item that never expires needs no clock; else the caller's clock, or (now == 0) the
+	 * request's, read at most once (expired_at) */
+	if (exp != EXP_NEVER && (now ? now >= exp : expired_at(s, exp)))
+		return LK_EXPIRED;
 	if ((want_cas & LKM_CAS) && !cas)
 		return LK_MISS;
 	if (len > ITEM_CAP || hdr < klen + 12 + cas || hdr > len)

@@ -7,7 +7,8 @@
 //! the mean of 20,000 runs, best of 5. The kernel's timing of one run includes a clock read.
 //! `hit_cost_by_stage_zipf` does the same over issue 11's key space (100,000 keys, Zipf 0.99),
 //! and `multiget_key_cost` measures what each key of a 10-key get adds (hot keys; over the Zipf key
-//! space: `multiget_key_cost_zipf`).
+//! space: `multiget_key_cost_zipf`). `COST_ROUNDS=N` runs N rounds instead (long enough for
+//! `scripts/bpf-profile.sh` to sample the program while it runs).
 use inkbench::{workload::key_name, zipf::Zipf};
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -37,8 +38,8 @@ fn stop_stage(i: usize) -> u32 {
 }
 
 /// Times `prog` on `frames`, each run `runs_each` times a round: the mean ns per run of the best
-/// of `rounds` rounds, and how many runs of the last round returned XDP_TX. With `want`, asserts
-/// every run returned it (`ctx` says what the state was).
+/// of `rounds` rounds (`COST_ROUNDS` if set), and how many runs of the last round returned
+/// XDP_TX. With `want`, asserts every run returned it (`ctx` says what the state was).
 fn time_runs(
     prog: &libbpf_rs::ProgramMut,
     frames: &[&[u8]],
@@ -49,6 +50,10 @@ fn time_runs(
 ) -> (u128, usize) {
     let mut best = u128::MAX;
     let mut tx = 0;
+    let rounds = std::env::var("COST_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(rounds);
     for _ in 0..rounds {
         let mut total = 0u128;
         tx = 0;
