@@ -78,7 +78,7 @@ __noinline int skb_to_datagram(struct __sk_buff *skb, __u32 len)
 static __always_inline int split(struct __sk_buff *skb, struct scratch *s, __u32 n, __u16 req_id,
 				 __u32 want_cas, __u32 bound)
 {
-	int out = compose_hits(n, req_id, want_cas, bound, bpf_ktime_get_ns()), r;
+	int out = compose_hits(n, req_id, want_cas, bound), r;
 
 	if (out <= UDP_HDR_MC || s->nmiss == 0)
 		return pass_on(&s->pk, req_id); /* nothing hit (or, meanwhile, everything) */
@@ -151,7 +151,7 @@ static __always_inline int answer(struct __sk_buff *skb, __u32 magic)
 	}
 	if (magic == INK_META_SPLIT)
 		return split(skb, s, n, fh.req_id, want_cas, bound);
-	out = compose_reply(n, fh.req_id, want_cas, bound, bpf_ktime_get_ns());
+	out = compose_reply(n, fh.req_id, want_cas, bound);
 	if (out < 0) {
 		count_unanswerable(s, out, bound); /* a key went since XDP looked, or over the bound */
 		return pass_on(&s->pk, fh.req_id);

@@ -71,14 +71,13 @@ static __always_inline int parse_get_keys(__u32 pos, __u32 len)
 #define END_SUM ((__u32)'E' + ('N' << 8) + 'D' + ('\r' << 8) + '\n')
 
 /* Composes the reply to the n keys parse_get_keys found (want_cas: "gets") in scratch.out, frame
- * header (request id req_id, network order) included, serving items not expired at `now` (0: the
- * clock is read only if an item has an expiry, see table_lookup). Returns its length, at most
+ * header (request id req_id, network order) included, serving items not expired (the clocks are
+ * read only if an item has an expiry, once for the request: table.h's expired_at). Returns its length, at most
  * `limit`, with its sum (csum.h) in scratch.lk.sum; or RP_MISS / RP_EXPIRED if a key has no
  * servable item, or RP_OVER if the reply would be longer than `limit` (scratch.need then holds the
  * length reached: the reply needs at least that much). Inlined (a call costs on the hit path):
  * each key's lookup is table_lookup's, checked once. */
-static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit,
-					 __u64 now)
+static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit)
 {
 	struct scratch *s = get_scratch();
 	__u32 out = UDP_HDR_MC;
@@ -98,7 +97,7 @@ static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, 
 		int r;
 		if (k >= n)
 			break;
-		r = table_lookup(k, out, now, want_cas, limit);
+		r = table_lookup(k, out, 0, want_cas, limit);
 		if (r < 0)
 			return r;
 		out += r;
@@ -116,7 +115,6 @@ static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, 
 }
 
 struct hits_walk {
-	__u64 now;
 	__u32 n, want_cas, limit, out, m, pad;
 };
 
@@ -130,7 +128,7 @@ static long hits_step(__u32 k, void *ctx)
 
 	if (k >= w->n || k >= MAX_GET_KEYS)
 		return 1;
-	r = table_lookup(k, w->out, w->now, w->want_cas, w->limit);
+	r = table_lookup(k, w->out, 0, w->want_cas, w->limit);
 	if (r >= 0) {
 		w->out += r;
 		return 0;
@@ -148,14 +146,16 @@ static long hits_step(__u32 k, void *ctx)
 /* For a split multi-key get: composes in scratch.out the message for the keys that hit (frame
  * header and VALUE items, no END: the server's answer for the others ends the reply) and lists
  * the others in scratch.miss. Returns the message's length (UDP_HDR_MC if nothing hit). */
-__noinline int compose_hits(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit, __u64 now)
+__noinline int compose_hits(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit)
 {
 	struct scratch *s = get_scratch();
-	struct hits_walk w = { .now = now, .n = n, .want_cas = want_cas, .out = UDP_HDR_MC };
+	struct hits_walk w = { .n = n, .want_cas = want_cas, .out = UDP_HDR_MC };
 	__u16 id = req_id;
 
 	if (!s)
 		return -1;
+	s->lk.now = 0; /* the clocks are read if an item needs them (table.h, expired_at) */
+	s->lk.coarse = 0;
 	w.limit = limit > DGRAM_MAX ? DGRAM_MAX : limit;
 	s->lk.one_key = n == 1;
 	warm_keys(n);

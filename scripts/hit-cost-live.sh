@@ -6,7 +6,9 @@
 # (client on CPU0; memcached -t 1 and the server veth's threaded NAPI on CPU1), so two builds are
 # compared in one run on one machine. The client veth's NAPI is not threaded: the client's receive
 # path runs on CPU1 in softirq after the server's NAPI sends; CLIENT_NAPI=1 threads it and pins it
-# to CPU0, as inklab does (both measured in docs/results/hitcost.md, eighth run). Usage:
+# to CPU0, as inklab does (both measured in docs/results/hitcost.md, eighth run). PROGS (default
+# inkcache_xdp) lists the programs whose run time is counted per XDP run: add
+# inkcache_tc_ingress where the replies go through TC ingress (large values on veth). Usage:
 #   scripts/hit-cost-live.sh [INKCACHE_CLI...]      (default: $BIN/inkcache)
 # Prints one line per measurement: ns per run, and each key after the first of a multi-key get
 # ((cost of the N-key get - cost of the 1-key get) / (N - 1)), then the hits, slot hits and
@@ -25,10 +27,13 @@ pinned_memcached hc 1024
 STATS_WAS=$(cat /proc/sys/kernel/bpf_stats_enabled)
 cleanup_extra() { echo "$STATS_WAS" > /proc/sys/kernel/bpf_stats_enabled; }
 
-prog_stats() { # "run_time_ns run_cnt" of inkcache_xdp
+prog_stats() { # "run_time_ns run_cnt": the run time of PROGS, the runs of inkcache_xdp
     bpftool prog show -j | python3 -c 'import json, sys
-p = [p for p in json.load(sys.stdin) if p.get("name") == "inkcache_xdp"][0]
-print(p.get("run_time_ns", 0), p.get("run_cnt", 0))'
+progs = json.load(sys.stdin)
+names = sys.argv[1].split()
+t = sum(p.get("run_time_ns", 0) for p in progs if p.get("name") in names)
+n = [p.get("run_cnt", 0) for p in progs if p.get("name") == "inkcache_xdp"][0]
+print(t, n)' "${PROGS:-inkcache_xdp}"
 }
 gets() { # label keys-per-get popularity seconds: prints "ns_per_run hit_ratio"
     local a b
