@@ -8,11 +8,15 @@
 # path runs on CPU1 in softirq after the server's NAPI sends; CLIENT_NAPI=1 threads it and pins it
 # to CPU0, as inklab does (both measured in docs/results/hitcost.md, eighth run). PROGS (default
 # inkcache_xdp) lists the programs whose run time is counted per XDP run: add
-# inkcache_tc_ingress where the replies go through TC ingress (large values on veth). Usage:
+# inkcache_tc_ingress where the replies go through TC ingress (large values on veth). BUSY=1
+# keeps CPU1 from idling between packets (a SCHED_IDLE busy loop there, which the NAPI thread
+# preempts at once), as a loaded server core does not idle: where idling evicts the caches (a
+# VM's halt, deep C-states), a hit costs less so (docs/results/hitcost.md, ninth run). Usage:
 #   scripts/hit-cost-live.sh [INKCACHE_CLI...]      (default: $BIN/inkcache)
 # Prints one line per measurement: ns per run, and each key after the first of a multi-key get
 # ((cost of the N-key get - cost of the 1-key get) / (N - 1)), then the hits, slot hits and
-# promotions counted (inkcache stats, both gets). Root; about 45 s per CLI and round.
+# promotions counted during the 1-key gets (inkcache stats; the share of hits a slot served).
+# Root; about 45 s per CLI and round.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-target/release}
@@ -25,7 +29,15 @@ VALUE_SIZE=${VALUE_SIZE:-32}
 [ $# -gt 0 ] || set -- "$BIN/inkcache"
 pinned_memcached hc 1024
 STATS_WAS=$(cat /proc/sys/kernel/bpf_stats_enabled)
-cleanup_extra() { echo "$STATS_WAS" > /proc/sys/kernel/bpf_stats_enabled; }
+SPIN=
+cleanup_extra() {
+    echo "$STATS_WAS" > /proc/sys/kernel/bpf_stats_enabled
+    [ -z "$SPIN" ] || kill "$SPIN" 2> /dev/null || true
+}
+if [ "${BUSY:-0}" != 0 ]; then
+    taskset -c 1 chrt -i 0 bash -c 'while :; do :; done' &
+    SPIN=$!
+fi
 
 prog_stats() { # "run_time_ns run_cnt": the run time of PROGS, the runs of inkcache_xdp
     bpftool prog show -j | python3 -c 'import json, sys
@@ -34,6 +46,11 @@ names = sys.argv[1].split()
 t = sum(p.get("run_time_ns", 0) for p in progs if p.get("name") in names)
 n = [p.get("run_cnt", 0) for p in progs if p.get("name") == "inkcache_xdp"][0]
 print(t, n)' "${PROGS:-inkcache_xdp}"
+}
+counters() { # "hits slot_hits promoted" of the attachment, as CLI $1 reports them
+    "$1" --netns "$SRV" stats --iface "$SIF" --json | python3 -c 'import json, sys
+s = json.load(sys.stdin)
+print(*(s.get(k, 0) for k in ("hits", "slot_hits", "promoted")))'
 }
 gets() { # label keys-per-get popularity seconds: prints "ns_per_run hit_ratio"
     local a b
@@ -60,14 +77,17 @@ for round in $(seq "$ROUNDS"); do
         threaded_napi
         [ "${CLIENT_NAPI:-0}" = 0 ] || client_napi
         gets learn 1 uniform 10 > /dev/null # every key into the kernel cache
+        s0=$(counters "$ink")
         read -r one hr1 < <(gets one 1 zipf:0.99 "$SECS")
+        s1=$(counters "$ink")
         read -r many hrn < <(gets many "$MULTIGET" zipf:0.99 "$SECS")
         echo "$ink round $round: 1-key get $one ns (hit ratio $hr1)," \
             "$MULTIGET-key get $many ns (hit ratio $hrn)," \
             "each key after the first $(((many - one) / (MULTIGET - 1))) ns;" \
-            "$("$ink" --netns "$SRV" stats --iface "$SIF" --json | python3 -c 'import json, sys
-s = json.load(sys.stdin)
-print(", ".join(f"{k} {s[k]}" for k in ("hits", "slot_hits", "promoted") if k in s))')"
+            "1-key gets: $(python3 -c 'import sys
+(h0, s0, p0), (h1, s1, p1) = (map(int, a.split()) for a in sys.argv[1:3])
+print(f"hits {h1 - h0}, slot_hits {s1 - s0} ({(s1 - s0) / max(h1 - h0, 1):.1%}), promoted {p1 - p0}")' \
+            "$s0" "$s1")"
         "$ink" --netns "$SRV" detach --iface "$SIF" > /dev/null
     done
 done
