@@ -274,7 +274,7 @@ static __always_inline int handle_mg(struct xdp_md *ctx, struct scratch *s, stru
 				     __u32 plen, __u16 req_id)
 {
 	__u32 bound = reply_bound(p);
-	int r = bound ? compose_mg(plen, bound, bpf_ktime_get_ns()) : -1;
+	int r = bound ? compose_mg(plen, bound) : -1;
 
 	if (r > 0) {
 		put_frame_header(s, req_id);

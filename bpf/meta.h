@@ -146,7 +146,7 @@ __noinline int mg_put_flag(__u32 i, __u32 o)
 /* Composes the answer to the meta get in scratch.buf[0, len) into scratch.out[8, ...) (after the
  * UDP frame header), at most `limit` bytes. Returns the reply's length (frame header included),
  * or < 0 to pass: -1 when the request is not one the kernel answers, LK_* from the lookup. */
-__noinline int compose_mg(__u32 len, __u32 limit, __u64 now)
+__noinline int compose_mg(__u32 len, __u32 limit)
 {
 	struct scratch *s = get_scratch();
 	__u32 pos, e, klen, o, hdr, ilen, dpos, dlen;
@@ -166,6 +166,8 @@ __noinline int compose_mg(__u32 len, __u32 limit, __u64 now)
 	s->koff[0] = 3;
 	s->klen[0] = klen;
 	s->lk.one_key = 1;
+	s->lk.now = 0; /* the clocks are read if the item needs them (table.h, expired_at) */
+	s->lk.coarse = 0;
 	s->mg.n = 0;
 	s->mg.seen = 0;
 	pos = (__u32)kend;
@@ -181,7 +183,7 @@ __noinline int compose_mg(__u32 len, __u32 limit, __u64 now)
 	if (pos < e)
 		return -1;
 
-	r = table_lookup(0, MG_STAGE, now, LKM_STAGE | ((s->mg.seen & 8) ? LKM_CAS : 0),
+	r = table_lookup(0, MG_STAGE, LKM_STAGE | ((s->mg.seen & 8) ? LKM_CAS : 0),
 			 OUT_LEN);
 	if (r < 0)
 		return r;

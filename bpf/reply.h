@@ -97,7 +97,7 @@ static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, 
 		int r;
 		if (k >= n)
 			break;
-		r = table_lookup(k, out, 0, want_cas, limit);
+		r = table_lookup(k, out, want_cas, limit);
 		if (r < 0)
 			return r;
 		out += r;
@@ -128,7 +128,7 @@ static long hits_step(__u32 k, void *ctx)
 
 	if (k >= w->n || k >= MAX_GET_KEYS)
 		return 1;
-	r = table_lookup(k, w->out, 0, w->want_cas, w->limit);
+	r = table_lookup(k, w->out, w->want_cas, w->limit);
 	if (r >= 0) {
 		w->out += r;
 		return 0;

@@ -589,6 +589,26 @@ fn mg_t_is_answered_for_items_known_never_to_expire() {
 
 /// mg answers carry flags for meta state (X stale, W and Z win tokens) a get reply does not show:
 /// the kernel answers mg only for items written since attach by writes that leave none.
+/// Each meta get reads its own clocks (bpf/table.h, expired_at): an mg after the item's expiry
+/// is not answered, though the request before it was an mg that read them while it was fresh.
+#[test]
+fn mg_is_not_answered_past_the_items_expiry() {
+    let f = fx();
+    let fl = Flow::v4();
+    let mut c = Conn::open(&f, fl.clone());
+    c.send(&f, b"set mexp 0 2 1\r\nx\r\n");
+    c.answer(&f, b"STORED\r\n");
+    f.fill(&fl, "mexp", 0, b"x");
+    assert_eq!(
+        mg(&f, &fl, "mg mexp v\r\n").as_deref(),
+        Some("VA 1\r\nx\r\n")
+    );
+    // exptime 2 is served for at most 1 s (memcached's clock ticks in whole seconds)
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    assert_eq!(mg(&f, &fl, "mg mexp v\r\n"), None);
+    assert_eq!(f.stats().expired, 1);
+}
+
 #[test]
 fn mg_is_left_to_memcached_where_meta_state_may_exist() {
     let f = fx();
