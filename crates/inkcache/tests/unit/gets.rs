@@ -482,14 +482,21 @@ fn a_negative_exptime_is_never_cached() {
     assert!(!f.fill_with(&fl, "get neg\r\n", &value_reply("neg", 0, b"x")));
 }
 
+/// Stores key = "x" with exptime 2 over a followed connection (settled by memcached's STORED)
+/// and fills it: the kernel serves it for 1 s from the write (memcached's clock ticks in whole
+/// seconds).
+fn store_expiring(f: &Fx, fl: &Flow, key: &str) {
+    let mut c = Conn::open(f, fl.clone());
+    c.send(f, format!("set {key} 0 2 1\r\nx\r\n").as_bytes());
+    c.answer(f, b"STORED\r\n");
+    f.fill(fl, key, 0, b"x");
+}
+
 #[test]
 fn an_item_is_not_served_past_its_expiry() {
     let f = fx();
     let fl = Flow::v4();
-    let mut c = Conn::open(&f, fl.clone());
-    c.send(&f, b"set soon 0 2 1\r\nx\r\n");
-    c.answer(&f, b"STORED\r\n");
-    f.fill(&fl, "soon", 0, b"x");
+    store_expiring(&f, &fl, "soon");
     f.assert_hit(&fl, "soon", 0, b"x");
     // exptime 2 is served for at most 1 s (memcached's clock ticks in whole seconds)
     std::thread::sleep(std::time::Duration::from_millis(1050));
@@ -508,10 +515,7 @@ fn an_item_about_to_expire_is_served_until_it_expires() {
     for attempt in 0..3 {
         let key = format!("late{attempt}");
         let start = std::time::Instant::now();
-        let mut c = Conn::open(&f, fl.clone());
-        c.send(&f, format!("set {key} 0 2 1\r\nx\r\n").as_bytes());
-        c.answer(&f, b"STORED\r\n");
-        f.fill(&fl, &key, 0, b"x");
+        store_expiring(&f, &fl, &key);
         std::thread::sleep(std::time::Duration::from_millis(850).saturating_sub(start.elapsed()));
         let served = f.get(&fl, &key);
         if start.elapsed() >= std::time::Duration::from_millis(950) {
@@ -595,10 +599,7 @@ fn mg_t_is_answered_for_items_known_never_to_expire() {
 fn mg_is_not_answered_past_the_items_expiry() {
     let f = fx();
     let fl = Flow::v4();
-    let mut c = Conn::open(&f, fl.clone());
-    c.send(&f, b"set mexp 0 2 1\r\nx\r\n");
-    c.answer(&f, b"STORED\r\n");
-    f.fill(&fl, "mexp", 0, b"x");
+    store_expiring(&f, &fl, "mexp");
     assert_eq!(
         mg(&f, &fl, "mg mexp v\r\n").as_deref(),
         Some("VA 1\r\nx\r\n")
