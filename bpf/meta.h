@@ -166,8 +166,7 @@ __noinline int compose_mg(__u32 len, __u32 limit)
 	s->koff[0] = 3;
 	s->klen[0] = klen;
 	s->lk.one_key = 1;
-	s->lk.now = 0; /* the clocks are read if the item needs them (table.h, expired_at) */
-	s->lk.coarse = 0;
+	clocks_reset(s);
 	s->mg.n = 0;
 	s->mg.seen = 0;
 	pos = (__u32)kend;

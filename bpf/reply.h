@@ -72,11 +72,11 @@ static __always_inline int parse_get_keys(__u32 pos, __u32 len)
 
 /* Composes the reply to the n keys parse_get_keys found (want_cas: "gets") in scratch.out, frame
  * header (request id req_id, network order) included, serving items not expired (the clocks are
- * read only if an item has an expiry, once for the request: table.h's expired_at). Returns its length, at most
- * `limit`, with its sum (csum.h) in scratch.lk.sum; or RP_MISS / RP_EXPIRED if a key has no
- * servable item, or RP_OVER if the reply would be longer than `limit` (scratch.need then holds the
- * length reached: the reply needs at least that much). Inlined (a call costs on the hit path):
- * each key's lookup is table_lookup's, checked once. */
+ * read only if an item has an expiry, once for the request: table.h's expired_at). Returns its
+ * length, at most `limit`, with its sum (csum.h) in scratch.lk.sum; or RP_MISS / RP_EXPIRED if a
+ * key has no servable item, or RP_OVER if the reply would be longer than `limit` (scratch.need
+ * then holds the length reached: the reply needs at least that much). Inlined (a call costs on
+ * the hit path): each key's lookup is table_lookup's, checked once. */
 static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit)
 {
 	struct scratch *s = get_scratch();
@@ -85,8 +85,7 @@ static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, 
 
 	if (!s)
 		return RP_MISS;
-	s->lk.now = 0;
-	s->lk.coarse = 0;
+	clocks_reset(s);
 	s->lk.sum = 0;
 	if (limit > DGRAM_MAX)
 		limit = DGRAM_MAX;
@@ -154,8 +153,7 @@ __noinline int compose_hits(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit)
 
 	if (!s)
 		return -1;
-	s->lk.now = 0; /* the clocks are read if an item needs them (table.h, expired_at) */
-	s->lk.coarse = 0;
+	clocks_reset(s);
 	w.limit = limit > DGRAM_MAX ? DGRAM_MAX : limit;
 	s->lk.one_key = n == 1;
 	warm_keys(n);

@@ -249,13 +249,20 @@ static __always_inline int item_put(__u64 p, __u64 exp, __u64 filled, __u32 len,
  * the way in (tick_nohz_irq_enter), before any softirq runs XDP. */
 #define COARSE_SLACK_NS (250ULL * 1000000ULL)
 
+/* Starts a request's clocks (expired_at): every caller of table_lookup calls this first. A
+ * clock kept from an earlier request would be in the past, and serve items expired since. */
+static __always_inline void clocks_reset(struct scratch *s)
+{
+	s->lk.now = 0;
+	s->lk.coarse = 0;
+}
+
 /* Whether an item expiring at exp (ktime) has expired, by the clocks of the request, each read
- * at most once per request: kept in scratch.lk, which compose_reply, compose_hits and compose_mg
- * zero as a request starts (a clock kept from an earlier request would be in the past, and serve
- * items that have expired since). The coarse clock costs a helper call and no clock-source read:
- * ~30 ns less than bpf_ktime_get_ns() per hit here (unit::cost::hot_hit_cost, an item with an
- * expiry). It decides alone only for items more than COARSE_SLACK_NS from their expiry, which the
- * monotonic clock cannot have reached; the others are decided by the monotonic clock. */
+ * at most once per request (kept in scratch.lk from clocks_reset on). The coarse clock costs a
+ * helper call and no clock-source read: ~30 ns less than bpf_ktime_get_ns() per hit here
+ * (unit::cost::hot_hit_cost, an item with an expiry). It decides alone only for items more than
+ * COARSE_SLACK_NS from their expiry, which the monotonic clock cannot have reached; the others
+ * are decided by the monotonic clock. */
 static __always_inline int expired_at(struct scratch *s, __u64 exp)
 {
 	__u64 now = s->lk.coarse;
@@ -466,9 +473,8 @@ __noinline int warm_keys(__u32 n)
 
 /* Appends key k's item (a 1-key get's key is hashed here, a multi-key get's are in scratch.kh:
  * warm_keys) to scratch.out at out_off: in `get` form (without the CAS), or with want_cas in
- * `gets` form (only if its CAS is known), serving it if not expired (the clocks are read
- * if the item has an expiry, once per request: expired_at; the caller zeroes scratch.lk.now and
- * scratch.lk.coarse when a request starts). Returns the
+ * `gets` form (only if its CAS is known), serving it if not expired (the clocks are read if the
+ * item has an expiry, once per request: the caller starts them with clocks_reset). Returns the
  * bytes appended, or LK_*; LK_FULL (nothing copied) if the reply would then be longer than
  * `limit` with "END\r\n" added. Adds the appended bytes' sum to scratch.lk.sum (csum.h). */
 __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
