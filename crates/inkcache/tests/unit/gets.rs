@@ -498,7 +498,6 @@ fn an_item_is_not_served_past_its_expiry() {
     let fl = Flow::v4();
     store_expiring(&f, &fl, "soon");
     f.assert_hit(&fl, "soon", 0, b"x");
-    // exptime 2 is served for at most 1 s (memcached's clock ticks in whole seconds)
     std::thread::sleep(std::time::Duration::from_millis(1050));
     f.assert_miss(&fl, "soon");
     assert_eq!(f.stats().expired, 1);
@@ -510,7 +509,7 @@ fn an_item_is_not_served_past_its_expiry() {
 fn an_item_about_to_expire_is_served_until_it_expires() {
     let f = fx();
     let fl = Flow::v4();
-    // exptime 2: served for 1 s from its write. Checked 150 ms before that, on a fresh key
+    // served for 1 s from its write (store_expiring); checked 150 ms before that, on a fresh key
     // each try: a try whose check came late (a busy machine) proves nothing and is made again.
     for attempt in 0..3 {
         let key = format!("late{attempt}");
@@ -591,8 +590,6 @@ fn mg_t_is_answered_for_items_known_never_to_expire() {
     );
 }
 
-/// mg answers carry flags for meta state (X stale, W and Z win tokens) a get reply does not show:
-/// the kernel answers mg only for items written since attach by writes that leave none.
 /// Each meta get reads its own clocks (bpf/table.h, expired_at): an mg after the item's expiry
 /// is not answered, though the request before it was an mg that read them while it was fresh.
 #[test]
@@ -604,12 +601,13 @@ fn mg_is_not_answered_past_the_items_expiry() {
         mg(&f, &fl, "mg mexp v\r\n").as_deref(),
         Some("VA 1\r\nx\r\n")
     );
-    // exptime 2 is served for at most 1 s (memcached's clock ticks in whole seconds)
     std::thread::sleep(std::time::Duration::from_millis(1050));
     assert_eq!(mg(&f, &fl, "mg mexp v\r\n"), None);
     assert_eq!(f.stats().expired, 1);
 }
 
+/// mg answers carry flags for meta state (X stale, W and Z win tokens) a get reply does not show:
+/// the kernel answers mg only for items written since attach by writes that leave none.
 #[test]
 fn mg_is_left_to_memcached_where_meta_state_may_exist() {
     let f = fx();
