@@ -182,7 +182,8 @@ struct ink_seg {
 #define CONN_DESYNC  1      /* the byte stream was lost (a gap, a line too long): segments are
 			     * walked on their own, writes fall back to the quarantine */
 #define CONN_INEXACT 2      /* the stream is followed but answers can no longer be counted (quiet
-			     * meta, an error answer, a full FIFO): writes fall back to the quarantine */
+			     * meta, an error answer): writes fall back to the quarantine (a write
+			     * that finds the FIFO full is quarantined alone: fifo_push) */
 #define CONN_OUT_OK  4      /* the server's initial sequence number is known (SYN-ACK seen) */
 #define CONN_TEXT    8      /* the connection speaks the text protocol (its first byte said so) */
 #define CONN_BINARY  16     /* ... the binary protocol */

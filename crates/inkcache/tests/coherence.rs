@@ -300,6 +300,62 @@ fn a_write_not_yet_applied_blocks_fills_beyond_the_quarantine() {
     cache_it(&rig, "again");
 }
 
+/// A connection may have 32 writes awaiting their answers (CONN_FIFO): a client that pipelines
+/// more gets each write beyond them settled by the quarantine, and nothing else changes: the
+/// connection stays followed (its next write is settled by its answer again) and every written
+/// key is fresh. (inkbench's preload pipelines 128 sets, so three quarters of them took the
+/// quarantine; the docs had said a full FIFO made the whole connection uncountable.)
+#[test]
+fn writes_beyond_a_full_fifo_are_quarantined_alone() {
+    const N: usize = 40; // 32 followed + 8 beyond
+    let rig = Rig::attached(&[]).unwrap();
+    for i in 0..N {
+        set(&rig, &format!("ff{i}"), 0, b"old");
+    }
+    cache_it(&rig, "ff0");
+    cache_it(&rig, &format!("ff{}", N - 1));
+    let stat = |n: &str| rig.stat(n);
+    let (settled, quarantined, desync) =
+        (stat("settled"), stat("quarantined"), stat("conn_desync"));
+    let batch: String = (0..N)
+        .map(|i| format!("set ff{i} 0 0 3\r\nnew\r\n"))
+        .collect();
+    let addr = rig.server_addr();
+    let conn = rig.client(|| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(batch.as_bytes()).unwrap(); // one segment: walked before any answer
+        let mut answers = vec![0u8; N * 8];
+        s.read_exact(&mut answers).unwrap();
+        assert_eq!(answers, b"STORED\r\n".repeat(N));
+        s
+    });
+    assert_eq!(stat("settled"), settled + 32, "{}", rig.stats());
+    assert_eq!(
+        stat("quarantined"),
+        quarantined + (N as u64 - 32),
+        "{}",
+        rig.stats()
+    );
+    assert_eq!(stat("conn_desync"), desync, "{}", rig.stats());
+    assert_fresh(&rig, "ff0", "a pipelined set the FIFO held");
+    assert_fresh(
+        &rig,
+        &format!("ff{}", N - 1),
+        "a pipelined set beyond the FIFO",
+    );
+    // the connection is still counted: its next write is settled by the answer
+    let settled = stat("settled");
+    rig.client(|| {
+        let mut s = &conn;
+        s.write_all(b"set ff0 0 0 5\r\nnewer\r\n").unwrap();
+        let mut answer = [0u8; 8];
+        s.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer, b"STORED\r\n");
+    });
+    assert_eq!(stat("settled"), settled + 1, "{}", rig.stats());
+    assert_fresh(&rig, "ff0", "a set after the pipelined batch");
+}
+
 /// Writes whose answers cannot be counted still invalidate, and fall back to the quarantine: a
 /// connection opened before attach (seen mid-stream), a quiet meta command (its answer may be
 /// left out), and connections beyond --max-conns.
