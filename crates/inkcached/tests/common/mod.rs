@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub struct Server {
@@ -30,6 +31,8 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Up once a connect succeeds and the child still runs a moment later: the listener reached may
+/// be another's that took the port while this child failed to bind it (and then exits).
 fn wait_ready(child: &mut Child, port: u16) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
@@ -37,14 +40,22 @@ fn wait_ready(child: &mut Child, port: u16) -> bool {
             return false;
         }
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return true;
+            std::thread::sleep(Duration::from_millis(50));
+            return matches!(child.try_wait(), Ok(None));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     false
 }
 
+/// Servers start one at a time: the tests of a binary run in parallel, and two of them could
+/// otherwise pick the same free port before either server had bound it. One test then talked to
+/// the other's server, and met "connection refused" once that test ended (seen in CI:
+/// dropin_meta's http_requests_close_the_connection).
+static STARTING: Mutex<()> = Mutex::new(());
+
 fn start_with(program: &str, extra: &[&str]) -> Server {
+    let _one_at_a_time = STARTING.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..20 {
         let port = free_port();
         let p = port.to_string();
