@@ -369,9 +369,9 @@ impl Rig {
     /// inkcache follows (CONN_FIFO), so most of them are settled by the quarantine (1 s by
     /// default), and a reply to a get sent before that refills nothing (counted `fill_skipped`).
     /// Measured before the kernel had learned them, 1-2% of the first run's requests missed and
-    /// its server cost came out 20-45% above the runs after it. Passes stop when one sees no
-    /// miss, or nothing filled nor skipped (keys the kernel does not cache), or after
-    /// `LEARN_PASSES`; the kernel's counters say how far it got.
+    /// its server cost came out 24-45% above the same run again on `target` (hitcost.md, tenth
+    /// run). Passes stop when one sees no miss, or nothing filled nor skipped (keys the kernel
+    /// does not cache), or after `LEARN_PASSES`; the kernel's counters say how far it got.
     fn learn_all(&self, wl: &Workload, server: SocketAddr) -> Result<()> {
         const LEARN_PASSES: u32 = 8;
         let (keys, ks) = (wl.keys, wl.key_size);
@@ -381,16 +381,15 @@ impl Rig {
                 .run(move || touch_all(server, keys, ks))
                 .context("touching every key over UDP")
         };
-        let Some(k) = &self.inkcache else {
+        // best effort, as in `measure`: without the counters (or inkcache), one touch is all
+        let counters = || self.inkcache.as_ref().and_then(Inkcache::stats_or_warn);
+        let Some(mut a) = counters() else {
             return touch();
         };
         for pass in 1..=LEARN_PASSES {
-            // best effort, as in `measure`: without the counters, the touch is all there is
-            let Some(a) = k.stats_or_warn() else {
-                return touch();
-            };
             touch()?;
-            let Some(b) = k.stats_or_warn() else {
+            // nothing counts between passes: each pass's end is the next one's start
+            let Some(b) = counters() else {
                 return Ok(());
             };
             let misses = b.misses.saturating_sub(a.misses);
@@ -399,6 +398,7 @@ impl Rig {
             if misses == 0 || (filled == 0 && skipped == 0) {
                 return Ok(());
             }
+            a = b;
             if pass == LEARN_PASSES {
                 eprintln!(
                     "inklab: the kernel cache still missed {misses} of {keys} keys after \
