@@ -63,6 +63,22 @@ static __always_inline int addresses_ok(const struct ink_iface *ifc, const struc
 	return dst_ok;
 }
 
+/* Whether the stack would take the IPv4 header's checksum (its words sum to all ones). Checked
+ * here, for the requests the kernel may answer, and not when the frame is parsed: other traffic
+ * does not pay for it. A header with options is never answered (ip_opts), so only 20-byte headers
+ * are summed; IPv6 has no header checksum. */
+static __always_inline int ipv4_sum_ok(void *data, void *data_end, const struct pkt *p)
+{
+	__u16 *ip = data + (p->l3_off & 31); /* 14, 18 or 22: after up to two VLAN tags */
+
+	if (p->ipv6 || p->ip_opts)
+		return 1;
+	if ((void *)(ip + 10) > data_end)
+		return 0;
+	barrier_var(ip); /* the checked pointer, not one the compiler derives again */
+	return csum_fold(csum_words(ip, 10)) == 0;
+}
+
 /* Sum of the 16-bit words of an address as it lies in memory (IPv4: its last 4 bytes). */
 static __always_inline __u32 addr_sum(const __u8 *a, int v6)
 {
@@ -146,7 +162,7 @@ static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, 
 	} else if (martian_source(p) || !addresses_ok(ifc, p, 1)) {
 		goto no;
 	}
-	if (p->ip_bad || !udp_csum_ok(s, p, plen, fsum, ifc->flags))
+	if (!ipv4_sum_ok(data, data_end, p) || !udp_csum_ok(s, p, plen, fsum, ifc->flags))
 		goto no;
 	return 1;
 no:

@@ -351,16 +351,38 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 	return XDP_PASS;
 }
 
+/* Most traffic is not for the cache. An untagged IPv4 frame carrying a TCP segment (walked where
+ * the server's socket receives it, never here) or a UDP datagram to a port no server has passes
+ * at a glance, before the parse; everything else is parsed, and passes there if it is not ours.
+ * Either way it is counted as passed. */
+static __always_inline int passes_at_a_glance(void *data, void *data_end)
+{
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+	struct udphdr *udp = (void *)(ip + 1);
+
+	if ((void *)(udp + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl != 5)
+		return 0;
+	if (ip->protocol == IPPROTO_TCP)
+		return 1;
+	return ip->protocol == IPPROTO_UDP && !server_port(bpf_ntohs(udp->dest));
+}
+
 /* The entry point: a dispatcher. Packets that are not UDP to a server port pass at once. */
 SEC("xdp")
 int inkcache_xdp(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
-	struct scratch *s = get_scratch();
+	struct scratch *s;
 	struct pkt *p;
 	__u16 port;
 	int act;
 
+	if (passes_at_a_glance(data, data_end)) {
+		stat_inc(ST_PASSED);
+		return XDP_PASS;
+	}
+	s = get_scratch();
 	if (!s) {
 		stat_inc(ST_ERRORS);
 		return XDP_PASS;

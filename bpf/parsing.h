@@ -32,8 +32,6 @@ struct pkt {
 	__u8 ipv6;
 	__u8 proto;         /* IPPROTO_UDP or IPPROTO_TCP */
 	__u8 ip_opts;       /* IPv4 header longer than 20 bytes */
-	__u8 ip_bad;        /* IPv4 header checksum wrong (20-byte headers only: with options the
-			     * kernel answers nothing) */
 	__u16 sport;        /* network order */
 	__u16 dport;        /* network order */
 	__u16 l4_check;     /* the UDP checksum field as it lies in the packet (XDP only) */
@@ -81,9 +79,6 @@ static __always_inline int parse_l3(void *data, void *data_end, __u32 frame_len,
 			return PARSE_BAD;
 		p->ipv6 = 0;
 		p->ip_opts = ihl > sizeof(*ip);
-		/* the stack drops a header whose sum is not all ones (10 adds: cheaper here, where
-		 * the header is known to be in the frame, than reloading it later) */
-		p->ip_bad = ihl == sizeof(*ip) && csum_fold(csum_words((__u16 *)ip, 10)) != 0;
 		p->proto = ip->protocol;
 		map_v4(p->saddr, ip->saddr);
 		map_v4(p->daddr, ip->daddr);
