@@ -8,13 +8,16 @@
 # path runs on CPU1 in softirq after the server's NAPI sends; CLIENT_NAPI=1 threads it and pins it
 # to CPU0, as inklab does (both measured in docs/results/hitcost.md, eighth run). PROGS (default
 # inkcache_xdp) lists the programs whose run time is counted per XDP run: add
-# inkcache_tc_ingress where the replies go through TC ingress (large values on veth). BUSY=1
+# inkcache_tc_ingress where the replies go through TC ingress (large values on veth). XDP_PROGS
+# (default inkcache_xdp) names the XDP entry programs whose runs are counted: another kernel
+# cache whose CLI takes the same `attach`, `stats --json` and `detach` arguments can be measured
+# alongside (docs/results/hitcost.md, eleventh run: the original BMC). BUSY=1
 # keeps CPU1 from idling between packets (a SCHED_IDLE busy loop there, which the NAPI thread
 # preempts at once), as a loaded server core does not idle: where idling evicts the caches (a
 # VM's halt, deep C-states), a hit costs less so (docs/results/hitcost.md, ninth run). Usage:
 #   scripts/hit-cost-live.sh [INKCACHE_CLI...]      (default: $BIN/inkcache)
 # Prints one line per measurement: ns per run, and each key after the first of a multi-key get
-# ((cost of the N-key get - cost of the 1-key get) / (N - 1)), then the hits, slot hits and
+# ((cost of the N-key get - cost of the 1-key get) / (N - 1)), then the hits, misses, slot hits and
 # promotions counted during the 1-key gets (inkcache stats; the share of hits a slot served).
 # Root; about 45 s per CLI and round.
 set -euo pipefail
@@ -39,18 +42,19 @@ if [ "${BUSY:-0}" != 0 ]; then
     SPIN=$!
 fi
 
-prog_stats() { # "run_time_ns run_cnt": the run time of PROGS, the runs of inkcache_xdp
+XDP_PROGS=${XDP_PROGS:-inkcache_xdp}
+prog_stats() { # "run_time_ns run_cnt": the run time of PROGS, the runs of XDP_PROGS
     bpftool prog show -j | python3 -c 'import json, sys
 progs = json.load(sys.stdin)
-names = sys.argv[1].split()
+names, entries = sys.argv[1].split(), sys.argv[2].split()
 t = sum(p.get("run_time_ns", 0) for p in progs if p.get("name") in names)
-n = [p.get("run_cnt", 0) for p in progs if p.get("name") == "inkcache_xdp"][0]
-print(t, n)' "${PROGS:-inkcache_xdp}"
+n = sum(p.get("run_cnt", 0) for p in progs if p.get("name") in entries)
+print(t, n)' "${PROGS:-$XDP_PROGS}" "$XDP_PROGS"
 }
-counters() { # "hits slot_hits promoted" of the attachment, as CLI $1 reports them
+counters() { # "hits misses slot_hits promoted" of the attachment, as CLI $1 reports them
     "$1" --netns "$SRV" stats --iface "$SIF" --json | python3 -c 'import json, sys
 s = json.load(sys.stdin)
-print(*(s.get(k, 0) for k in ("hits", "slot_hits", "promoted")))'
+print(*(s.get(k, 0) for k in ("hits", "misses", "slot_hits", "promoted")))'
 }
 gets() { # label keys-per-get popularity seconds: prints "ns_per_run hit_ratio"
     local a b
@@ -85,8 +89,9 @@ for round in $(seq "$ROUNDS"); do
             "$MULTIGET-key get $many ns (hit ratio $hrn)," \
             "each key after the first $(((many - one) / (MULTIGET - 1))) ns;" \
             "1-key gets: $(python3 -c 'import sys
-(h0, s0, p0), (h1, s1, p1) = (map(int, a.split()) for a in sys.argv[1:3])
-print(f"hits {h1 - h0}, slot_hits {s1 - s0} ({(s1 - s0) / max(h1 - h0, 1):.1%}), promoted {p1 - p0}")' \
+(h0, m0, s0, p0), (h1, m1, s1, p1) = (map(int, a.split()) for a in sys.argv[1:3])
+print(f"hits {h1 - h0}, misses {m1 - m0}, slot_hits {s1 - s0} ({(s1 - s0) / max(h1 - h0, 1):.1%}),",
+      f"promoted {p1 - p0}")' \
             "$s0" "$s1")"
         "$ink" --netns "$SRV" detach --iface "$SIF" > /dev/null
     done
