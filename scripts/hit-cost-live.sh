@@ -70,15 +70,16 @@ import json, sys
 print(f"{(t1 - t0) / max(n1 - n0, 1):.0f} {json.load(open(sys.argv[3]))['hit_ratio']:.4f}")
 PY
 }
-learn() { # every key into the kernel cache of CLI $1: uniform gets, then 3-second passes while
-    # a pass still misses (a pass draws keys at random: a slow one may leave some unseen), at most 4
-    local m0 m1
-    gets learn 1 uniform 10 > /dev/null
-    for _ in 1 2 3 4; do
-        m0=$(counters "$1" | cut -d' ' -f2)
-        gets learn 1 uniform 3 > /dev/null
+learn() { # every key into the kernel cache of CLI $1: a 10-second pass of uniform gets, then
+    # 3-second ones while a pass still misses (gets draw keys at random: a slow pass may leave
+    # some unseen), at most 5 in all; nothing counts between passes, so one read a pass
+    local m0 m1 secs=10
+    m0=$(counters "$1" | cut -d' ' -f2)
+    for _ in 1 2 3 4 5; do
+        gets learn 1 uniform "$secs" > /dev/null
         m1=$(counters "$1" | cut -d' ' -f2)
         [ "$m1" != "$m0" ] || return 0
+        m0=$m1 secs=3
     done
     echo "$1: keys still missing after the learning passes" >&2
 }
