@@ -72,16 +72,21 @@ PY
 }
 learn() { # every key into the kernel cache of CLI $1: a 10-second pass of uniform gets, then
     # 3-second ones while a pass still misses (gets draw keys at random: a slow pass may leave
-    # some unseen), at most 5 in all; nothing counts between passes, so one read a pass
-    local m0 m1 secs=10
-    m0=$(counters "$1" | cut -d' ' -f2)
+    # some unseen), at most 5 in all; nothing counts between passes, so one read a pass. Prints
+    # the counters as the last pass left them (where the measurement starts).
+    local c0 c1 secs=10
+    c0=$(counters "$1")
     for _ in 1 2 3 4 5; do
         gets learn 1 uniform "$secs" > /dev/null
-        m1=$(counters "$1" | cut -d' ' -f2)
-        [ "$m1" != "$m0" ] || return 0
-        m0=$m1 secs=3
+        c1=$(counters "$1")
+        if [ "$(cut -d' ' -f2 <<< "$c1")" = "$(cut -d' ' -f2 <<< "$c0")" ]; then
+            echo "$c1"
+            return 0
+        fi
+        c0=$c1 secs=3
     done
     echo "$1: keys still missing after the learning passes" >&2
+    echo "$c1"
 }
 
 ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:11211 --proto tcp --get-ratio 0 \
@@ -93,8 +98,7 @@ for round in $(seq "$ROUNDS"); do
         "$ink" --netns "$SRV" attach --iface "$SIF" --port 11211 --cache-mb "$CACHE_MB" > /dev/null
         threaded_napi
         [ "${CLIENT_NAPI:-0}" = 0 ] || client_napi
-        learn "$ink"
-        s0=$(counters "$ink")
+        s0=$(learn "$ink")
         read -r one hr1 < <(gets one 1 zipf:0.99 "$SECS")
         s1=$(counters "$ink")
         read -r many hrn < <(gets many "$MULTIGET" zipf:0.99 "$SECS")
