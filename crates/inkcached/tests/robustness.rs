@@ -207,6 +207,20 @@ fn port_in_use_and_bad_flags_are_refused() {
     }
 }
 
+/// The start-up probe's test of a connection: one that met itself (no server on the port) is not
+/// a server's, a server's is.
+#[test]
+fn a_self_connection_is_not_a_server() {
+    let port = free_port();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&addr.into()).unwrap();
+    sock.connect(&addr.into()).unwrap(); // simultaneous open with itself
+    assert!(self_connected(&sock.into()));
+    let srv = inkcached(&[]);
+    assert!(!self_connected(&connect(srv.port)));
+}
+
 /// Random and command-like garbage on several connections: the server survives and a clean
 /// client gets correct answers throughout.
 #[test]

@@ -37,12 +37,21 @@ fn wait_ready(child: &mut Child, port: u16) -> bool {
         if let Ok(Some(_)) = child.try_wait() {
             return false;
         }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok_and(|s| !self_connected(&s)) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     false
+}
+
+/// Whether a connection is the socket's own: a connect to a port nothing listens on can pick that
+/// port as its source and meet itself (TCP's simultaneous open), since free ports are ephemeral
+/// ones. A readiness probe that took that for the server returned before the server listened,
+/// and the test's first connect was refused (seen in CI: robustness's
+/// random_input_fuzz_keeps_server_healthy).
+pub fn self_connected(s: &TcpStream) -> bool {
+    matches!((s.local_addr(), s.peer_addr()), (Ok(l), Ok(p)) if l == p)
 }
 
 /// Servers start one at a time: the tests of a binary run in parallel, and two of them could
