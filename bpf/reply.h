@@ -321,7 +321,8 @@ static __always_inline __u32 reply_payload_sum(struct scratch *s, __u32 out_len)
 
 /* Turns the request's headers at [data, data_end) (parsed into p) into the reply's: MAC, IP
  * addresses and ports swapped, lengths for a UDP payload of out_len bytes, TTL/hop limit 64, IPv4
- * header checksum. The UDP checksum is left to the caller: *pseudo gets the pseudo header's sum,
+ * header checksum (updated, not summed again: the headers are a request's that host_delivers
+ * checked, or a reply's this function wrote). The UDP checksum is left to the caller: *pseudo gets the pseudo header's sum,
  * *udp_sum the UDP header's (checksum field as 0); both in memory order. Returns the offset of the
  * UDP checksum field, or -1 if the headers are not where p says. */
 static __always_inline int reply_headers(void *data, void *data_end, struct pkt *p, __u32 out_len,
@@ -345,12 +346,15 @@ static __always_inline int reply_headers(void *data, void *data_end, struct pkt 
 		if ((void *)(ip + 1) > data_end)
 			return -1;
 		__be32 a = ip->saddr;
+		__u16 *ttl_proto = (__u16 *)&ip->ttl;
+		/* the header checksum updated for the two words that change (RFC 1624, eqn. 3):
+		 * the request's was checked (host.h), and swapping the addresses keeps the sum */
+		__u32 hc = (__u16)~ip->check + (__u16)~ip->tot_len + (__u16)~*ttl_proto;
 		ip->saddr = ip->daddr;
 		ip->daddr = a;
 		ip->tot_len = bpf_htons(sizeof(*ip) + ulen);
 		ip->ttl = 64;
-		ip->check = 0;
-		ip->check = csum_fold(csum_words((__u16 *)ip, sizeof(*ip) / 2));
+		ip->check = csum_fold(hc + ip->tot_len + *ttl_proto);
 		sum = csum_words((__u16 *)&ip->saddr, 4);
 		udp = (void *)(ip + 1);
 	} else {
