@@ -135,7 +135,7 @@ static __always_inline int udp_csum_ok(struct scratch *s, const struct pkt *p, _
 	if ((flags & IFACE_CSUM_PARTIAL) && (__u16)~csum_fold(sum) == p->l4_check)
 		return 1;
 	sum += p->sport + p->dport + ulen + p->l4_check + fsum;
-	d = request_sum(s, plen);
+	d = s->rq.known ? s->rq.sum : request_sum(s, plen); /* summed as it was copied (pktcopy.h) */
 	if (d < 0)
 		return 0;
 	return csum_fold(csum_add(sum, (__u32)d)) == 0;

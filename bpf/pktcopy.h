@@ -1,33 +1,42 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Copies between an XDP frame and map memory by direct packet access, 8 bytes a step, the last
- * step overlapping the one before it: no helper call (each call and return costs on the hit path,
- * more so with return-thunk mitigations) and no byte loop. They fail (-1) where the bytes are not
- * in the frame's linear part (multi-buffer frames): callers fall back to the helpers. The loops
- * test a word count derived from the length, never the length itself, and their counters are dead
- * after them: every exit leaves the same state, so the verifier walks what follows once. Offsets and
- * lengths are 64-bit and bounded on the registers used: a 32-bit value widened in a register loses
- * its bounds for the verifier. */
+/* Moves bytes between an XDP frame and map memory by direct packet access, 8 bytes a step, the last
+ * step overlapping the one before it: no helper call and no byte loop. The request is read so
+ * (load_request), and summed and classified on the way; the reply is written with
+ * bpf_xdp_store_bytes, whose memcpy beat a word loop over ~90 bytes on the Intel VM (the AMD VM
+ * measured the loop cheaper: docs/results/hitcost.md). They fail (-1) where the bytes are not in
+ * the frame's linear part (multi-buffer frames): callers fall back to the helpers. The loops test
+ * a word count derived from the length, never the length itself, and what they accumulate is
+ * stored as soon as they end: every exit leaves the same state, so the verifier walks what follows
+ * once. Offsets and lengths are 64-bit and bounded on the registers used: a 32-bit value widened in
+ * a register loses its bounds for the verifier. */
 #ifndef INKCACHE_PKTCOPY_H
 #define INKCACHE_PKTCOPY_H
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "inkcache_common.h"
+#include "csum.h"
+#include "scratch.h"
 
 #define PKT_COPY_MAX DGRAM_MAX  /* longest copy */
 #define PKT_OFF_MAX  255        /* furthest start in the frame (a mask too) */
 
-#define TO_FRAME   1 /* pkt_copy's direction: map memory -> frame */
-#define FROM_FRAME 0 /* frame -> map memory */
+/* Bytes below '!' (space and the controls: every delimiter of the text protocol) or above 0x7f,
+ * each marked in bit 7: no carry crosses a byte (the low seven bits plus 0x5f stay below 0x100),
+ * so every mark is exact. */
+static __always_inline __u64 special_bytes(__u64 w)
+{
+	return (w | ~((w & 0x7f7f7f7f7f7f7f7fULL) + 0x5f5f5f5f5f5f5f5fULL)) & HIGHS;
+}
 
-/* Copies n bytes (8 <= n <= PKT_COPY_MAX) between frame bytes [off, off + n) and mem[0, n): into
- * the frame if `dir` is TO_FRAME, out of it if FROM_FRAME. `dir` is a constant at every call
- * site, so each inlined copy keeps one direction. */
-static __always_inline int pkt_copy(struct xdp_md *ctx, __u64 off, __u8 *mem, __u64 n, int dir)
+/* Copies the request, frame bytes [off, off + n) (8 <= n <= PKT_COPY_MAX), to scratch.buf[0, n),
+ * zero-padded by a word, and records in scratch.rq its sum (csum.h: host.h's request_sum) and how
+ * many of its bytes special_bytes marks. */
+static __always_inline int load_request(struct xdp_md *ctx, __u64 off, struct scratch *s, __u64 n)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	__u64 t, words, w, rem, acc = 0, marks = 0;
 	__u8 *d;
-	__u64 t, words;
 
 	barrier_var(n);
 	barrier_var(off);
@@ -39,14 +48,14 @@ static __always_inline int pkt_copy(struct xdp_md *ctx, __u64 off, __u8 *mem, __
 		__u64 o = i * 8;
 		if (i >= words)
 			break;
-		d = data + (off & PKT_OFF_MAX) + o; /* masks: bounds that survive a spill */
+		d = data + (off & PKT_OFF_MAX) + o;
 		barrier_var(d);
 		if ((void *)(d + 8) > end)
 			return -1;
-		if (dir == TO_FRAME)
-			*(__u64 *)d = *(const __u64 *)(mem + o);
-		else
-			*(__u64 *)(mem + o) = *(__u64 *)d;
+		w = *(__u64 *)d;
+		STORE64(&s->buf[o], w);
+		acc += csum_halves(w);
+		marks += special_bytes(w) >> 7; /* a count per byte lane */
 	}
 	t = n - 8;
 	barrier_var(t); /* bounded on the register used */
@@ -57,10 +66,22 @@ static __always_inline int pkt_copy(struct xdp_md *ctx, __u64 off, __u8 *mem, __
 	barrier_var(d); /* one register for the check and the access */
 	if ((void *)(d + 8) > end)
 		return -1;
-	if (dir == TO_FRAME)
-		*(__u64 *)d = *(const __u64 *)(mem + (t & 2047));
-	else
-		*(__u64 *)(mem + (t & 2047)) = *(__u64 *)d;
+	w = *(__u64 *)d;
+	STORE64(&s->buf[t & 2047], w);
+	STORE64(&s->buf[n & BUF_MASK], 0);
+	rem = n & 7;
+	if (rem) { /* the bytes past the last whole word: the top `rem` of the overlapping one */
+		w >>= (8 - rem) * 8;
+		acc += csum_halves(w);
+		marks += (special_bytes(w) & low_mask(rem)) >> 7;
+	}
+	s->rq.sum = csum_at(acc, 0);
+	/* the byte lanes (each at most PKT_COPY_MAX / 8 + 1) summed pairwise: exact at any length,
+	 * and no branch on n, which would split its range for the verifier */
+	marks = (marks & 0x00ff00ff00ff00ffULL) + ((marks >> 8) & 0x00ff00ff00ff00ffULL);
+	marks = (marks & 0x0000ffff0000ffffULL) + ((marks >> 16) & 0x0000ffff0000ffffULL);
+	s->rq.marks = (__u32)((marks & 0xffffffff) + (marks >> 32));
+	s->rq.known = 1;
 	return 0;
 }
 

@@ -100,6 +100,12 @@ struct scratch {
 	__u32 need;                  /* reply length a lookup would have reached (LK_FULL) */
 	__u32 miss[32];              /* split multi-key gets: the keys that missed, in order */
 	struct pkt pk;               /* the packet being handled (XDP, TC ingress): kept off the stack */
+	struct {                     /* the request as XDP copied it into buf (pktcopy.h) */
+		__u32 known;           /* 1: sum and marks below are this request's */
+		__u32 sum;             /* its sum (csum.h), as host.h's request_sum gives it */
+		__u32 marks;           /* its bytes below '!' or above 0x7f */
+		__s32 keys;            /* the keys of its get, as handle_get found them */
+	} rq;
 	__u32 nmiss;
 	__u32 miss_end;              /* the get for them being written: its end so far */
 	struct fill_args fa;

@@ -359,6 +359,33 @@ fn keys_memcached_would_refuse_or_treat_otherwise_pass() {
     }
 }
 
+/// A 1-key get is found two ways: from the bytes XDP's copy of the request marked (pktcopy.h),
+/// where the key has no byte below '!' or above 0x7f, and by the parse otherwise. Either way every
+/// key length hits (the copy's last word overlaps the one before by 0-7 bytes), and so do keys
+/// with control bytes, which memcached's tokenizer keeps in the key.
+#[test]
+fn one_key_gets_hit_at_every_key_length_and_with_control_bytes() {
+    let f = fx();
+    let fl = Flow::v4();
+    for len in 1..=250usize {
+        let key: String = (0..len)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        f.fill(&fl, &key, 0, b"v");
+        f.assert_hit(&fl, &key, 0, b"v");
+    }
+    for key in ["tab\tkey", "ctl\x01key", "\x1fedge", "del\x7fkey", "!~"] {
+        f.fill(&fl, key, 7, b"value");
+        f.assert_hit(&fl, key, 7, b"value");
+        let (a, p) = f.request(&fl, format!("gets {key}\r\n").as_bytes());
+        assert_eq!(
+            (a, p),
+            (XDP_PASS, None),
+            "{key:?}: filled by a get, no CAS to answer gets"
+        );
+    }
+}
+
 #[test]
 fn frames_memcached_refuses_pass_untouched() {
     let f = fx();
