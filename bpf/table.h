@@ -365,11 +365,11 @@ __noinline int slot_put(__u64 h, __u64 p, __u32 src, __u32 len)
 	q = *(volatile __u64 *)seq;
 	if ((q & 1) || __sync_val_compare_and_swap(seq, q, q + 1) != q)
 		return -1;
-	*(volatile __u64 *)&seg->b[soff + 8] = p;
+	STORE64_ONCE(&seg->b[soff + 8], p);
 	for (__u32 i = 0; i < ITEM_HDR; i += 8)
 		STORE64(&seg->b[soff + SLOT_META + i], LOAD64(&log->b[loff + i]));
 	if (copy_to_seg(segi, soff + SLOT_META + ITEM_HDR, src, len, COPY_FROM_OUT)) {
-		*(volatile __u64 *)&seg->b[soff + 8] = ~0ULL; /* no position: never used */
+		STORE64_ONCE(&seg->b[soff + 8], ~0ULL); /* no position: never used */
 		r = -1;
 	}
 	q = __sync_fetch_and_add(seq, 1);
@@ -509,10 +509,10 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	if (slot) {
 		__u64 line2 = LOAD64(&slot->b[sloff + 64]);
 		barrier_var(line2); /* loaded now, with the first line: most items span two */
-		sq = *(volatile __u64 *)&slot->b[sloff];
+		sq = LOAD64_ONCE(&slot->b[sloff]);
 		/* the slot's position and bytes are read after its count (seqcount reader) */
 		sloff += dep_zero(sq);
-		spos = *(volatile __u64 *)&slot->b[sloff + 8];
+		spos = LOAD64_ONCE(&slot->b[sloff + 8]);
 	}
 	if (!find_way(set, tag_of(h), &pos))
 		return LK_MISS;
@@ -603,7 +603,7 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	if (s->lk.slot_sq) {
 		segi = slot_seg(h, &sloff);
 		slot = bpf_map_lookup_elem(&arena, &segi);
-		if (!slot || *(volatile __u64 *)&slot->b[sloff & (SEG_BYTES - 1)] != s->lk.slot_sq)
+		if (!slot || LOAD64_ONCE(&slot->b[sloff & (SEG_BYTES - 1)]) != s->lk.slot_sq)
 			return LK_MISS; /* rewritten while copied */
 		stat_inc(ST_SLOT_HITS);
 	} else if (s->lk.one_key && first == len && len <= SLOT_ITEM_MAX - ITEM_HDR) {
