@@ -139,9 +139,10 @@ struct ink_item {
 	__u16 len;             /* text bytes */
 	__u16 hdr_len;         /* bytes of the VALUE line, "\r\n" included */
 	__u8 key_len;
-	__u8 cas_len;          /* bytes of " <cas>" at the end of the VALUE line; 0: no CAS known */
-	__u8 flags;            /* ITEM_* */
-	__u8 pad;
+	__u8 cas_flags;        /* bits 0-6: bytes of " <cas>" at the end of the VALUE line (0: no
+				* CAS known); bit 7: ITEM_META_OK */
+	__u16 sum;             /* the text's sum (csum.h) as if it lay at an even offset: a reply
+				* that serves the text whole adds this instead of summing it */
 };
 #define ITEM_HDR    24      /* sizeof(struct ink_item): the text starts there */
 #define ITEM_LEN_OFF 16     /* offsetof(struct ink_item, len), for user space (status) */
@@ -149,6 +150,8 @@ _Static_assert(sizeof(struct ink_item) == ITEM_HDR, "ITEM_HDR");
 _Static_assert(__builtin_offsetof(struct ink_item, len) == ITEM_LEN_OFF, "ITEM_LEN_OFF");
 
 #define ITEM_META_OK 1      /* the item carries no meta state: the kernel may answer mg for it */
+#define ITEM_CAS_MASK  0x7f /* cas_flags: the CAS's bytes (at most " " and 20 digits) */
+#define ITEM_FLAGS_SHIFT 7  /* cas_flags: the ITEM_* flags above them */
 
 struct ink_seg {
 	__u8 b[SEG_BYTES + SEG_SLACK];

@@ -126,6 +126,8 @@ struct scratch {
 		__u32 cas;             /* length of its " <cas>", 0 if none */
 		__u32 flags;           /* its ITEM_* */
 		__u32 klen;            /* its key length */
+		__u32 isum;            /* its text's sum (struct ink_item) */
+		__u32 pad2;
 		__u64 filled;          /* its fill time (a promoted copy keeps it) */
 		__u64 now;             /* the clock for the request's keys, 0 until one needs it */
 		__u64 coarse;          /* the coarse clock for them, the same way (table.h) */

@@ -162,17 +162,18 @@ __noinline int copy_to_seg(__u32 segi, __u32 soff, __u32 src, __u32 n, __u32 fro
 }
 
 /* Copies n bytes (1..ITEM_CAP) of segment `seg` at byte `from` (< SEG_BYTES + 512) to scratch.out
- * at `dst`, and adds their sum, as they lie at dst in the reply, to scratch.lk.sum: the reply's
- * checksum is summed while it is composed, not read again (a word's 32-bit halves summed in 64
- * bits, folded to 16 bits, bytes swapped if dst is odd: the words pair the other way in the
- * reply). 16 bytes a step; the last step may touch up to 15 bytes past n, inside the scratch
+ * at `dst`, and with `sum` adds their sum, as they lie at dst in the reply, to scratch.lk.sum: the
+ * reply's checksum is summed while it is composed, not read again (a word's 32-bit halves summed
+ * in 64 bits, folded to 16 bits, bytes swapped if dst is odd: the words pair the other way in the
+ * reply). A text served whole needs no sum here: its item holds it (`sum` is a constant at each
+ * call site, so each inlined copy has its loop without a branch on it). 16 bytes a step; the last step may touch up to 15 bytes past n, inside the scratch
  * buffers' and the segment's slack. Inlined in table_lookup (a call and its return cost ~10-15 ns
  * each on the hit path here). What keeps the verifier's walk short: the arguments pass through
  * map memory, so every path into the loop brings it the same (unknown) values; as in pktcopy.h
  * the loop tests a step count derived from n and its counter is dead after it, so every exit
  * leaves one state and the verifier walks what follows once. */
 static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u64 from, __u64 dst,
-				     __u64 n)
+				     __u64 n, __u64 sum)
 {
 	__u64 acc = 0, steps, a, b, rest, o, to, fr;
 
@@ -196,7 +197,8 @@ static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u
 		b = LOAD64(&seg->b[fr + 8]);
 		STORE64(&s->out[to], a);
 		STORE64(&s->out[to + 8], b);
-		acc += csum_halves(a) + csum_halves(b);
+		if (sum)
+			acc += csum_halves(a) + csum_halves(b);
 	}
 	rest = n & 15;
 	if (rest) { /* the last step: only the bytes before n count */
@@ -213,17 +215,21 @@ static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u
 		b = LOAD64(&seg->b[fr + 8]);
 		STORE64(&s->out[to], a);
 		STORE64(&s->out[to + 8], b);
-		a = low_bytes(a, rest);
-		b = rest > 8 ? low_bytes(b, rest - 8) : 0;
-		acc += csum_halves(a) + csum_halves(b);
+		if (sum) {
+			a = low_bytes(a, rest);
+			b = rest > 8 ? low_bytes(b, rest - 8) : 0;
+			acc += csum_halves(a) + csum_halves(b);
+		}
 	}
-	s->lk.sum += csum_at(acc, dst);
+	if (sum)
+		s->lk.sum += csum_at(acc, dst);
 	return 0;
 }
 
-/* Writes an item's header at log position p (the text goes ITEM_HDR bytes after it). */
+/* Writes an item's header at log position p (the text goes ITEM_HDR bytes after it; `sum` is its
+ * sum, struct ink_item). */
 static __always_inline int item_put(__u64 p, __u64 exp, __u64 filled, __u32 len, __u32 hdr,
-				    __u32 klen, __u32 cas, __u32 flags)
+				    __u32 klen, __u32 cas, __u32 flags, __u32 sum)
 {
 	__u32 soff, segi = seg_index(p, &soff);
 	struct ink_seg *seg = bpf_map_lookup_elem(&arena, &segi);
@@ -237,9 +243,8 @@ static __always_inline int item_put(__u64 p, __u64 exp, __u64 filled, __u32 len,
 	it->len = len;
 	it->hdr_len = hdr;
 	it->key_len = klen;
-	it->cas_len = cas;
-	it->flags = flags;
-	it->pad = 0;
+	it->cas_flags = (cas & ITEM_CAS_MASK) | (flags << ITEM_FLAGS_SHIFT);
+	it->sum = sum;
 	return 0;
 }
 
@@ -394,7 +399,7 @@ __noinline int promote(__u64 h, __u32 old_pos, __u32 src, __u32 len)
 	if (arena_reserve(g, item_units(len), &p))
 		return -1;
 	if (item_put(p, s->lk.exp, s->lk.filled, len, s->lk.hdr, s->lk.klen, s->lk.cas,
-		     s->lk.flags))
+		     s->lk.flags, s->lk.isum))
 		return -1;
 	if (copy_to_seg(seg_index(p, &soff), soff + ITEM_HDR, src, len, COPY_FROM_OUT))
 		return -1;
@@ -542,7 +547,7 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	filled = it->filled_ns;
 	len = it->len;
 	hdr = it->hdr_len;
-	cas = it->cas_len;
+	cas = it->cas_flags & ITEM_CAS_MASK;
 	if (it->key_len != klen || filled <= g->flush_ns)
 		return LK_MISS;
 	/* an item that never expires needs no clock; else the request's, read at most once */
@@ -571,16 +576,22 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	}
 	s->lk.exp = exp;
 	s->lk.filled = filled;
-	s->lk.flags = it->flags;
+	s->lk.flags = it->cas_flags >> ITEM_FLAGS_SHIFT;
 	s->lk.klen = klen;
 	s->lk.hdr = hdr;
 	s->lk.cas = cas;
+	s->lk.isum = it->sum;
 	soff &= SEG_BYTES - 1;
-	if (copy_item(s, seg, soff + ITEM_HDR, out_off, first))
+	if (first == len) {
+		/* served whole: its sum is the item's, moved to where it lies in the reply */
+		if (copy_item(s, seg, soff + ITEM_HDR, out_off, len, 0))
+			return LK_MISS;
+		s->lk.sum += csum_at(s->lk.isum, out_off);
+	} else if (copy_item(s, seg, soff + ITEM_HDR, out_off, first, 1) ||
+		   copy_item(s, seg, soff + ((ITEM_HDR + hdr - 2) & 511), out_off + first,
+			     len - (hdr - 2), 1)) {
 		return LK_MISS;
-	if (first < len && copy_item(s, seg, soff + ((ITEM_HDR + hdr - 2) & 511),
-				     out_off + first, len - (hdr - 2)))
-		return LK_MISS;
+	}
 
 	/* the key, 8 bytes at a time, against the copy ("VALUE " is 6 bytes) */
 	for (__u32 i = 0; i < 32; i++) {
@@ -615,6 +626,26 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	return out_len;
 }
 
+/* The sum (csum.h) of scratch.buf[off, off + len) (len <= ITEM_CAP) as if it lay at an even
+ * offset: what struct ink_item keeps of a text filled from there. */
+__noinline int buf_sum(__u32 off, __u32 len)
+{
+	struct scratch *s = get_scratch();
+	__u32 words = len >> 3, rest = len & 7;
+	__u64 acc = 0;
+
+	if (!s || len > ITEM_CAP)
+		return -1;
+	for (__u32 i = 0; i < ITEM_CAP / 8; i++) {
+		if (i >= words)
+			break;
+		acc += csum_halves(word_at(s, off + i * 8));
+	}
+	if (rest)
+		acc += csum_halves(low_bytes(word_at(s, off + (len & ~7U)), rest));
+	return (int)csum_at(acc, 0);
+}
+
 /* Installs the item at scratch.buf[fa.off, +fa.len) for key hash fa.h if the set allows it (see
  * fill_allowed). Returns 1 if installed, 0 if not. */
 __noinline int table_fill(void)
@@ -625,6 +656,7 @@ __noinline int table_fill(void)
 	struct ink_set *set;
 	__u32 tag, soff, len, off, w, ok, idx;
 	__u64 now, p, head;
+	int sum;
 
 	if (!s || !g)
 		return 0;
@@ -647,7 +679,10 @@ __noinline int table_fill(void)
 		return 0;
 	if (arena_reserve(g, item_units(len), &p))
 		return 0;
-	if (item_put(p, s->fa.exp, now, len, s->fa.hdr, s->fa.klen, s->fa.cas, s->fa.flags))
+	sum = buf_sum(off, len);
+	if (sum < 0)
+		return 0;
+	if (item_put(p, s->fa.exp, now, len, s->fa.hdr, s->fa.klen, s->fa.cas, s->fa.flags, sum))
 		return 0;
 	if (copy_to_seg(seg_index(p, &soff), soff + ITEM_HDR, off, len, COPY_FROM_BUF))
 		return 0;
