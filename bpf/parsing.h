@@ -48,12 +48,15 @@ enum parse_result {
 	PARSE_BAD,          /* truncated or inconsistent headers */
 };
 
+/* ::ffff:a at dst (16 bytes, 4-aligned: struct pkt's addresses, which may be on the stack, where
+ * the verifier wants aligned accesses), in four 4-byte stores: cast through void *, as the byte
+ * array's alignment would otherwise have clang write it byte by byte. */
 static __always_inline void map_v4(__u8 *dst, __be32 a)
 {
-	__builtin_memset(dst, 0, 10);
-	dst[10] = 0xff;
-	dst[11] = 0xff;
-	__builtin_memcpy(dst + 12, &a, 4);
+	*(__u32 *)(void *)dst = 0;
+	*(__u32 *)(void *)(dst + 4) = 0;
+	*(__be32 *)(void *)(dst + 8) = bpf_htonl(0xffff);
+	*(__be32 *)(void *)(dst + 12) = a;
 }
 
 /* The IP header at data + off (protocol `proto`: ETH_P_IP or ETH_P_IPV6, network order) and the

@@ -330,15 +330,22 @@ static __always_inline int reply_headers(void *data, void *data_end, struct pkt 
 {
 	struct ethhdr *eth = data;
 	struct udphdr *udp;
-	__u32 ulen = 8 + out_len, sum, l3 = p->l3_off & 63;
-	__u8 mac[ETH_ALEN];
+	__u32 ulen = 8 + out_len, sum, l3 = p->l3_off & 63, d4, s4;
+	__u16 d2, s2;
 
 	barrier_var(l3); /* one register: p may live in map memory */
 	if ((void *)(eth + 1) > data_end)
 		return -1;
-	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+	/* the MACs swapped by 4- and 2-byte words (cast through void *: a memcpy of the byte
+	 * arrays is compiled to byte loads and stores) */
+	d4 = *(__u32 *)(void *)eth->h_dest;
+	d2 = *(__u16 *)(void *)(eth->h_dest + 4);
+	s4 = *(__u32 *)(void *)eth->h_source;
+	s2 = *(__u16 *)(void *)(eth->h_source + 4);
+	*(__u32 *)(void *)eth->h_dest = s4;
+	*(__u16 *)(void *)(eth->h_dest + 4) = s2;
+	*(__u32 *)(void *)eth->h_source = d4;
+	*(__u16 *)(void *)(eth->h_source + 4) = d2;
 
 	if (!p->ipv6) {
 		struct iphdr *ip = data + l3;
