@@ -662,7 +662,9 @@ __noinline int table_fill(void)
 		return 0;
 	len = s->fa.len;
 	off = s->fa.off;
-	if (len == 0 || len > ITEM_CAP || s->fa.klen == 0 || s->fa.klen > KEY_MAX)
+	/* the CAS's length must fit its 7 bits of the header (" " and at most 20 digits) */
+	if (len == 0 || len > ITEM_CAP || s->fa.klen == 0 || s->fa.klen > KEY_MAX ||
+	    s->fa.cas > ITEM_CAS_MASK)
 		return 0;
 	idx = set_index(s->fa.h);
 	set = bpf_map_lookup_elem(&sets, &idx);
