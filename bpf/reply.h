@@ -322,9 +322,9 @@ static __always_inline __u32 reply_payload_sum(struct scratch *s, __u32 out_len)
 /* Turns the request's headers at [data, data_end) (parsed into p) into the reply's: MAC, IP
  * addresses and ports swapped, lengths for a UDP payload of out_len bytes, TTL/hop limit 64, IPv4
  * header checksum (updated, not summed again: the headers are a request's that host_delivers
- * checked, or a reply's this function wrote). The UDP checksum is left to the caller: *pseudo gets the pseudo header's sum,
- * *udp_sum the UDP header's (checksum field as 0); both in memory order. Returns the offset of the
- * UDP checksum field, or -1 if the headers are not where p says. */
+ * checked, or a reply's this function wrote). The UDP checksum is left to the caller: *pseudo gets
+ * the pseudo header's sum, *udp_sum the UDP header's (checksum field as 0); both in memory order.
+ * Returns the offset of the UDP checksum field, or -1 if the headers are not where p says. */
 static __always_inline int reply_headers(void *data, void *data_end, struct pkt *p, __u32 out_len,
 					 __u32 *pseudo, __u32 *udp_sum)
 {

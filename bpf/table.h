@@ -166,12 +166,13 @@ __noinline int copy_to_seg(__u32 segi, __u32 soff, __u32 src, __u32 n, __u32 fro
  * reply's checksum is summed while it is composed, not read again (a word's 32-bit halves summed
  * in 64 bits, folded to 16 bits, bytes swapped if dst is odd: the words pair the other way in the
  * reply). A text served whole needs no sum here: its item holds it (`sum` is a constant at each
- * call site, so each inlined copy has its loop without a branch on it). 16 bytes a step; the last step may touch up to 15 bytes past n, inside the scratch
- * buffers' and the segment's slack. Inlined in table_lookup (a call and its return cost ~10-15 ns
- * each on the hit path here). What keeps the verifier's walk short: the arguments pass through
- * map memory, so every path into the loop brings it the same (unknown) values; as in pktcopy.h
- * the loop tests a step count derived from n and its counter is dead after it, so every exit
- * leaves one state and the verifier walks what follows once. */
+ * call site, so each inlined copy has its loop without a branch on it). 16 bytes a step; the last
+ * step may touch up to 15 bytes past n, inside the scratch buffers' and the segment's slack.
+ * Inlined in table_lookup (a call and its return cost ~10-15 ns each on the hit path here). What
+ * keeps the verifier's walk short: the arguments pass through map memory, so every path into the
+ * loop brings it the same (unknown) values; as in pktcopy.h the loop tests a step count derived
+ * from n and its counter is dead after it, so every exit leaves one state and the verifier walks
+ * what follows once. */
 static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u64 from, __u64 dst,
 				     __u64 n, __u64 sum)
 {
