@@ -202,10 +202,14 @@ fn load_as<'obj>(
 ) -> Result<Loaded<'obj>> {
     let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
     let seed = opts.hash_seed.map_or_else(random_seed, Ok)?;
+    // 0 would keep the socket-side programs to no namespace: they would take the server
+    // sockets of every namespace on the host
     let netns_cookie = if opts.any_netns {
         0
     } else {
-        sys::netns_cookie().unwrap_or(0)
+        sys::netns_cookie().context(
+            "reading this network namespace's cookie (SO_NETNS_COOKIE, Linux 5.14+) failed",
+        )?
     };
     // cgroup_skb programs got bpf_get_netns_cookie in 2025 (not in 6.12); before, they tell the
     // server's packets by their sockets (bpf/maps.h server_netns_skb)

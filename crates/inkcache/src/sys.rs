@@ -119,11 +119,13 @@ pub fn connected_subnets(iface: &str) -> Result<Vec<IpNet>> {
     Ok(nets)
 }
 
-/// The network namespace cookie of the current namespace (SO_NETNS_COOKIE, Linux 5.14+).
+/// The network namespace cookie of the current namespace (SO_NETNS_COOKIE, Linux 5.14+). The
+/// socket it asks is bound to the wildcard address, which every namespace has (a namespace whose
+/// loopback is down has no 127.0.0.1 to bind).
 pub fn netns_cookie() -> Option<u64> {
     use std::os::fd::AsRawFd;
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0")
-        .or_else(|_| std::net::UdpSocket::bind("[::1]:0"))
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0")
+        .or_else(|_| std::net::UdpSocket::bind("[::]:0"))
         .ok()?;
     let mut cookie: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
@@ -161,4 +163,51 @@ pub fn cgroup2_root() -> Result<std::path::PathBuf> {
     )
     .map_err(|e| Error::KernelLacks(format!("cgroup v2 (mount failed: {e})")))?;
     Ok(dir.into())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A namespace whose loopback is down (as `ip netns add` makes it) and with an address still
+    /// has a cookie, its own. attach used to read none there (it bound 127.0.0.1, which is not
+    /// local then) and kept the socket-side programs to no namespace: they took the server
+    /// sockets of every namespace on the host, and another attachment's connections went blind.
+    #[test]
+    fn a_namespace_without_loopback_has_its_own_cookie() {
+        if !nix::unistd::geteuid().is_root() {
+            testkit::skip("needs root (a new network namespace)");
+            return;
+        }
+        let name = format!("ink-cookie-{}", std::process::id());
+        let ip = |args: &[&str]| std::process::Command::new("ip").args(args).status();
+        // an address on an interface, as a server's namespace has: with one, 127.0.0.1 is not
+        // local while the loopback is down
+        let made = [
+            &["netns", "add", &name][..],
+            &[
+                "-n", &name, "link", "add", "ck0", "type", "veth", "peer", "name", "ck1",
+            ],
+            &["-n", &name, "addr", "add", "198.18.250.1/24", "dev", "ck0"],
+            &["-n", &name, "link", "set", "ck0", "up"],
+        ]
+        .iter()
+        .all(|a| ip(a).is_ok_and(|st| st.success()));
+        if !made {
+            let _ = ip(&["netns", "del", &name]);
+            testkit::skip("`ip` could not make the namespace (iproute2 missing?)");
+            return;
+        }
+        let here = super::netns_cookie();
+        let path = std::path::Path::new("/run/netns").join(&name);
+        let there = std::thread::spawn(move || {
+            let f = std::fs::File::open(path).expect("the namespace's file");
+            nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            super::netns_cookie()
+        })
+        .join();
+        let _ = ip(&["netns", "del", &name]);
+        let there = there
+            .unwrap()
+            .expect("a namespace with its loopback down has a cookie");
+        assert_ne!(Some(there), here);
+    }
 }
