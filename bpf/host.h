@@ -90,32 +90,9 @@ static __always_inline __u32 addr_sum(const __u8 *a, int v6)
 	return sum;
 }
 
-/* The sum of the request in scratch.buf[0, plen) (plen <= PAYLOAD_MAX), 8 bytes at a time,
- * zero-padded: 32-bit halves summed in 64 bits and folded to 16 bits (memory order); -1 if plen is
- * out of range. Inlined (a call costs on the hit path): its one caller, host_delivers, has one
- * call site in XDP. */
-static __always_inline int request_sum(struct scratch *s, __u32 plen)
-{
-	__u32 words = (plen + 7) / 8;
-	__u64 acc = 0;
-
-	if (plen > PAYLOAD_MAX)
-		return -1;
-	barrier_var(plen); /* keep the mask below: the verifier needs it */
-	STORE64(&s->buf[plen & BUF_MASK], 0);
-	for (__u32 i = 0; i < PAYLOAD_MAX / 8 + 1; i++) {
-		__u64 w;
-		if (i >= words)
-			break;
-		w = LOAD64(&s->buf[(i * 8) & BUF_MASK]);
-		acc += csum_halves(w);
-	}
-	return (int)csum_at(acc, 0);
-}
-
 /* The UDP checksum of the request: pseudo header and UDP header from what parsing kept (struct
  * pkt), the memcached frame header's sum `fsum` (its words as they lie in the packet), the
- * request (plen bytes) from scratch.buf. Sums are in memory order (csum.h). A virtual interface
+ * request's (plen bytes), taken as XDP copied it (scratch.rq). Sums are in memory order (csum.h). A virtual interface
  * (veth, loopback) carries local senders' datagrams with the checksum left partial (the pseudo
  * header's sum, which the stack accepts from them): allowed there only. IPv4 may omit the
  * checksum (0), IPv6 may not. */
@@ -124,7 +101,6 @@ static __always_inline int udp_csum_ok(struct scratch *s, const struct pkt *p, _
 {
 	__u16 ulen = bpf_htons((__u16)(p->payload_len + 8));
 	__u32 sum;
-	__s64 d;
 
 	if (p->l4_check == 0)
 		return !p->ipv6;
@@ -135,10 +111,7 @@ static __always_inline int udp_csum_ok(struct scratch *s, const struct pkt *p, _
 	if ((flags & IFACE_CSUM_PARTIAL) && (__u16)~csum_fold(sum) == p->l4_check)
 		return 1;
 	sum += p->sport + p->dport + ulen + p->l4_check + fsum;
-	d = s->rq.known ? s->rq.sum : request_sum(s, plen); /* summed as it was copied (pktcopy.h) */
-	if (d < 0)
-		return 0;
-	return csum_fold(csum_add(sum, (__u32)d)) == 0;
+	return csum_fold(csum_add(sum, s->rq.sum)) == 0; /* the request's, summed as it was copied */
 }
 
 /* 1 if the host's stack would deliver this UDP request (plen bytes in scratch.buf after the

@@ -219,7 +219,7 @@ static __always_inline int one_clean_key(struct scratch *s, __u32 koff, __u32 pl
 {
 	__u32 klen = plen - koff - 2;
 
-	if (!s->rq.known || s->rq.marks != 3 || plen < koff + 3 || klen > KEY_MAX ||
+	if (s->rq.marks != 3 || plen < koff + 3 || klen > KEY_MAX ||
 	    BUF(s, plen - 2) != '\r' || BUF(s, plen - 1) != '\n')
 		return 0;
 	s->koff[0] = koff;
@@ -343,11 +343,16 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 	/* plen is 6..PAYLOAD_MAX (checked above); restate it so the verifier sees the bound */
 	plen = ((plen - 1) & 2047) + 1;
 	if (load_request(ctx, p->payload_off + UDP_HDR_MC, s, plen)) {
-		s->rq.known = 0; /* neither summed nor classified: host.h and parse_get_keys do it */
-		if (bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen)) {
+		/* not in the linear part: copied by the helper, summed after, not classified (the
+		 * parse finds the keys) */
+		int sum;
+		if (bpf_xdp_load_bytes(ctx, p->payload_off + UDP_HDR_MC, s->buf, plen) ||
+		    (sum = buf_sum(0, plen)) < 0) {
 			stat_inc(ST_ERRORS);
 			return XDP_PASS;
 		}
+		s->rq.sum = sum;
+		s->rq.marks = ~0U;
 	}
 	STAGE(STAGE_LOADED);
 	if (plen >= 7 && buf_eq(s, 0, "get ", 4))

@@ -30,8 +30,8 @@ static __always_inline __u64 special_bytes(__u64 w)
 }
 
 /* Copies the request, frame bytes [off, off + n) (8 <= n <= PKT_COPY_MAX), to scratch.buf[0, n),
- * zero-padded by a word, and records in scratch.rq its sum (csum.h: host.h's request_sum) and how
- * many of its bytes special_bytes marks. */
+ * and records in scratch.rq its sum (csum.h, as buf_sum gives it) and how many of its bytes
+ * special_bytes marks. */
 static __always_inline int load_request(struct xdp_md *ctx, __u64 off, struct scratch *s, __u64 n)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -68,7 +68,6 @@ static __always_inline int load_request(struct xdp_md *ctx, __u64 off, struct sc
 		return -1;
 	w = *(__u64 *)d;
 	STORE64(&s->buf[t & 2047], w);
-	STORE64(&s->buf[n & BUF_MASK], 0);
 	rem = n & 7;
 	if (rem) { /* the bytes past the last whole word: the top `rem` of the overlapping one */
 		w >>= (8 - rem) * 8;
@@ -81,7 +80,6 @@ static __always_inline int load_request(struct xdp_md *ctx, __u64 off, struct sc
 	marks = (marks & 0x00ff00ff00ff00ffULL) + ((marks >> 8) & 0x00ff00ff00ff00ffULL);
 	marks = (marks & 0x0000ffff0000ffffULL) + ((marks >> 16) & 0x0000ffff0000ffffULL);
 	s->rq.marks = (__u32)((marks & 0xffffffff) + (marks >> 32));
-	s->rq.known = 1;
 	return 0;
 }
 

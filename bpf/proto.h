@@ -11,6 +11,7 @@
 #include "inkcache_common.h"
 #include "config.h"
 #include "scratch.h"
+#include "csum.h"
 
 /* Offset of the first space, '\r' or '\n' in buf[start, end), or end: memcached's tokenizer splits
  * on spaces only, so keys may hold any other byte. Records in s->dirty whether a byte before it is
@@ -358,6 +359,27 @@ __noinline __u64 key_hash(__u32 off, __u32 len)
 	struct scratch *s = get_scratch();
 
 	return s ? hash_of(s, off, len) : 0;
+}
+
+/* The sum (csum.h) of scratch.buf[off, off + len) (len <= ITEM_CAP) as if it lay at an even
+ * offset: what struct ink_item keeps of a text filled from there, and a request's sum where XDP
+ * could not sum it as it copied it (pktcopy.h). */
+__noinline int buf_sum(__u32 off, __u32 len)
+{
+	struct scratch *s = get_scratch();
+	__u32 words = len >> 3, rest = len & 7;
+	__u64 acc = 0;
+
+	if (!s || len > ITEM_CAP)
+		return -1;
+	for (__u32 i = 0; i < ITEM_CAP / 8; i++) {
+		if (i >= words)
+			break;
+		acc += csum_halves(word_at(s, off + i * 8));
+	}
+	if (rest)
+		acc += csum_halves(low_bytes(word_at(s, off + (len & ~7U)), rest));
+	return (int)csum_at(acc, 0);
 }
 
 static __always_inline int buf_eq(struct scratch *s, __u32 off, const char *lit, __u32 n)

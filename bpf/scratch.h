@@ -101,10 +101,10 @@ struct scratch {
 	__u32 miss[32];              /* split multi-key gets: the keys that missed, in order */
 	struct pkt pk;               /* the packet being handled (XDP, TC ingress): kept off the stack */
 	struct {                     /* the request as XDP copied it into buf (pktcopy.h) */
-		__u32 known;           /* 1: sum and marks below are this request's */
-		__u32 sum;             /* its sum (csum.h), as host.h's request_sum gives it */
-		__u32 marks;           /* its bytes below '!' or above 0x7f */
+		__u32 sum;             /* its sum (csum.h, as buf_sum gives it) */
+		__u32 marks;           /* its bytes below '!' or above 0x7f; ~0: not counted */
 		__s32 keys;            /* the keys of its get, as handle_get found them */
+		__u32 pad;
 	} rq;
 	__u32 nmiss;
 	__u32 miss_end;              /* the get for them being written: its end so far */

@@ -627,26 +627,6 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	return out_len;
 }
 
-/* The sum (csum.h) of scratch.buf[off, off + len) (len <= ITEM_CAP) as if it lay at an even
- * offset: what struct ink_item keeps of a text filled from there. */
-__noinline int buf_sum(__u32 off, __u32 len)
-{
-	struct scratch *s = get_scratch();
-	__u32 words = len >> 3, rest = len & 7;
-	__u64 acc = 0;
-
-	if (!s || len > ITEM_CAP)
-		return -1;
-	for (__u32 i = 0; i < ITEM_CAP / 8; i++) {
-		if (i >= words)
-			break;
-		acc += csum_halves(word_at(s, off + i * 8));
-	}
-	if (rest)
-		acc += csum_halves(low_bytes(word_at(s, off + (len & ~7U)), rest));
-	return (int)csum_at(acc, 0);
-}
-
 /* Installs the item at scratch.buf[fa.off, +fa.len) for key hash fa.h if the set allows it (see
  * fill_allowed). Returns 1 if installed, 0 if not. */
 __noinline int table_fill(void)
