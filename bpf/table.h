@@ -168,15 +168,16 @@ __noinline int copy_to_seg(__u32 segi, __u32 soff, __u32 src, __u32 n, __u32 fro
  * reply). A text served whole needs no sum here: its item holds it (`sum` is a constant at each
  * call site, so each inlined copy has its loop without a branch on it). 16 bytes a step; the last
  * step may touch up to 15 bytes past n, inside the scratch buffers' and the segment's slack.
+ * Every word read is folded into *dep (the caller orders a later load after them: dep_zero).
  * Inlined in table_lookup (a call and its return cost ~10-15 ns each on the hit path here). What
  * keeps the verifier's walk short: the arguments pass through map memory, so every path into the
  * loop brings it the same (unknown) values; as in pktcopy.h the loop tests a step count derived
  * from n and its counter is dead after it, so every exit leaves one state and the verifier walks
  * what follows once. */
 static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u64 from, __u64 dst,
-				     __u64 n, __u64 sum)
+				     __u64 n, __u64 sum, __u64 *dep)
 {
-	__u64 acc = 0, steps, a, b, rest, o, to, fr;
+	__u64 acc = 0, x = 0, steps, a, b, rest, o, to, fr;
 
 	s->lk.cp_from = from;
 	s->lk.cp_dst = dst;
@@ -198,6 +199,7 @@ static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u
 		b = LOAD64(&seg->b[fr + 8]);
 		STORE64(&s->out[to], a);
 		STORE64(&s->out[to + 8], b);
+		x ^= a ^ b;
 		if (sum)
 			acc += csum_halves(a) + csum_halves(b);
 	}
@@ -216,6 +218,7 @@ static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u
 		b = LOAD64(&seg->b[fr + 8]);
 		STORE64(&s->out[to], a);
 		STORE64(&s->out[to + 8], b);
+		x ^= a ^ b;
 		if (sum) {
 			a = low_bytes(a, rest);
 			b = rest > 8 ? low_bytes(b, rest - 8) : 0;
@@ -224,6 +227,7 @@ static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u
 	}
 	if (sum)
 		s->lk.sum += csum_at(acc, dst);
+	*dep ^= x;
 	return 0;
 }
 
@@ -490,8 +494,8 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	struct ink_set *set;
 	struct ink_seg *seg, *slot;
 	struct ink_item *it;
-	__u32 koff, klen, pos = 0, len, hdr, cas, first, out_len, soff, segi, sloff;
-	__u64 h, head, p, exp, filled, sq = 0, spos = 0;
+	__u32 koff, klen, pos = 0, len, hdr, ikl, iflags, isum, cas, first, out_len, soff, segi, sloff;
+	__u64 h, head, p, exp, filled, dep, sq = 0, spos = 0;
 
 	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
 		return LK_MISS;
@@ -548,8 +552,13 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	filled = it->filled_ns;
 	len = it->len;
 	hdr = it->hdr_len;
-	cas = it->cas_flags & ITEM_CAS_MASK;
-	if (it->key_len != klen || filled <= g->flush_ns)
+	ikl = it->key_len;
+	iflags = it->cas_flags;
+	isum = it->sum;
+	/* every value read from the log, for ordering the head's second read after them */
+	dep = exp ^ filled ^ len ^ hdr ^ ikl ^ iflags ^ isum;
+	cas = iflags & ITEM_CAS_MASK;
+	if (ikl != klen || filled <= g->flush_ns)
 		return LK_MISS;
 	/* an item that never expires needs no clock; else the request's, read at most once */
 	if (exp != EXP_NEVER && expired_at(s, exp))
@@ -577,20 +586,20 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	}
 	s->lk.exp = exp;
 	s->lk.filled = filled;
-	s->lk.flags = it->cas_flags >> ITEM_FLAGS_SHIFT;
+	s->lk.flags = iflags >> ITEM_FLAGS_SHIFT;
 	s->lk.klen = klen;
 	s->lk.hdr = hdr;
 	s->lk.cas = cas;
-	s->lk.isum = it->sum;
+	s->lk.isum = isum;
 	soff &= SEG_BYTES - 1;
 	if (first == len) {
 		/* served whole: its sum is the item's, moved to where it lies in the reply */
-		if (copy_item(s, seg, soff + ITEM_HDR, out_off, len, 0))
+		if (copy_item(s, seg, soff + ITEM_HDR, out_off, len, 0, &dep))
 			return LK_MISS;
 		s->lk.sum += csum_at(s->lk.isum, out_off);
-	} else if (copy_item(s, seg, soff + ITEM_HDR, out_off, first, 1) ||
+	} else if (copy_item(s, seg, soff + ITEM_HDR, out_off, first, 1, &dep) ||
 		   copy_item(s, seg, soff + ((ITEM_HDR + hdr - 2) & 511), out_off + first,
-			     len - (hdr - 2), 1)) {
+			     len - (hdr - 2), 1, &dep)) {
 		return LK_MISS;
 	}
 
@@ -604,18 +613,22 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	}
 	if ((out_word(s, out_off + 6 + klen) & 0xff) != ' ')
 		return LK_MISS;
-	/* nothing reserved the item's bytes while we read them: the header and text were read
-	 * before the fence, the head after it */
-	fence(s);
+	/* nothing reserved the item's bytes while we read them: the head is read after the header
+	 * and text, its address made to depend on every word of them (dep_zero: a load-load order
+	 * on every architecture without a fence, whose locked operation and store-buffer drain cost
+	 * ~10-20 ns here; the compiler barrier keeps clang from moving the reads past it) */
+	barrier();
+	head = *(volatile __u64 *)((void *)&g->head + dep_zero(dep));
 	h = s->lk.h;
 	p = s->lk.p;
-	head = *(volatile __u64 *)&g->head;
 	if (head - p > arena_units())
 		return LK_MISS;
 	if (s->lk.slot_sq) {
 		segi = slot_seg(h, &sloff);
 		slot = bpf_map_lookup_elem(&arena, &segi);
-		if (!slot || LOAD64_ONCE(&slot->b[sloff & (SEG_BYTES - 1)]) != s->lk.slot_sq)
+		/* the slot's count read again after the copy (the head's read carries the order) */
+		sloff = (sloff + dep_zero(head)) & (SEG_BYTES - 1);
+		if (!slot || LOAD64_ONCE(&slot->b[sloff]) != s->lk.slot_sq)
 			return LK_MISS; /* rewritten while copied */
 		stat_inc(ST_SLOT_HITS);
 	} else if (s->lk.one_key && first == len && len <= SLOT_ITEM_MAX - ITEM_HDR) {
