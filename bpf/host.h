@@ -92,20 +92,18 @@ static __always_inline __u32 addr_sum(const __u8 *a, int v6)
 
 /* The UDP checksum of the request: pseudo header and UDP header from what parsing kept (struct
  * pkt), the memcached frame header's sum `fsum` (its words as they lie in the packet), the
- * request's (plen bytes), taken as XDP copied it (scratch.rq). Sums are in memory order (csum.h). A virtual interface
- * (veth, loopback) carries local senders' datagrams with the checksum left partial (the pseudo
- * header's sum, which the stack accepts from them): allowed there only. IPv4 may omit the
- * checksum (0), IPv6 may not. */
-static __always_inline int udp_csum_ok(struct scratch *s, const struct pkt *p, __u32 plen,
-				       __u32 fsum, __u8 flags)
+ * request's sum as XDP took it when it copied the request (scratch.rq). Sums are in memory order
+ * (csum.h). A virtual interface (veth, loopback) carries local senders' datagrams with the
+ * checksum left partial (the pseudo header's sum, which the stack accepts from them): allowed
+ * there only. IPv4 may omit the checksum (0), IPv6 may not. */
+static __always_inline int udp_csum_ok(struct scratch *s, const struct pkt *p, __u32 fsum,
+				       __u8 flags)
 {
 	__u16 ulen = bpf_htons((__u16)(p->payload_len + 8));
 	__u32 sum;
 
 	if (p->l4_check == 0)
 		return !p->ipv6;
-	if (plen > PAYLOAD_MAX)
-		return 0;
 	sum = addr_sum(p->saddr, p->ipv6) + addr_sum(p->daddr, p->ipv6) +
 	      bpf_htons(IPPROTO_UDP) + ulen;
 	if ((flags & IFACE_CSUM_PARTIAL) && (__u16)~csum_fold(sum) == p->l4_check)
@@ -114,10 +112,10 @@ static __always_inline int udp_csum_ok(struct scratch *s, const struct pkt *p, _
 	return csum_fold(csum_add(sum, s->rq.sum)) == 0; /* the request's, summed as it was copied */
 }
 
-/* 1 if the host's stack would deliver this UDP request (plen bytes in scratch.buf after the
- * frame header whose word sum is fsum) to the server; else 0 (counted: not_host). */
+/* 1 if the host's stack would deliver this UDP request (in scratch.buf, after the frame header
+ * whose word sum is fsum) to the server; else 0 (counted: not_host). */
 static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, struct pkt *p,
-					 __u32 plen, __u32 fsum)
+					 __u32 fsum)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	__u32 ifindex = ctx->ingress_ifindex, slot = ifindex % IFACE_SLOTS;
@@ -135,7 +133,7 @@ static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, 
 	} else if (martian_source(p) || !addresses_ok(ifc, p, 1)) {
 		goto no;
 	}
-	if (!ipv4_sum_ok(data, data_end, p) || !udp_csum_ok(s, p, plen, fsum, ifc->flags))
+	if (!ipv4_sum_ok(data, data_end, p) || !udp_csum_ok(s, p, fsum, ifc->flags))
 		goto no;
 	return 1;
 no:

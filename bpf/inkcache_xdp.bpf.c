@@ -366,7 +366,7 @@ static __always_inline int handle_udp(struct xdp_md *ctx, struct scratch *s, str
 		return XDP_PASS;
 	}
 	/* one place for the host checks and one for gets: each is inlined once */
-	if (!host_delivers(ctx, s, p, plen, fsum)) {
+	if (!host_delivers(ctx, s, p, fsum)) {
 		if (verb == VERB_MG)
 			stat_inc(ST_PASSED);
 		return XDP_PASS;

@@ -596,7 +596,7 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 		/* served whole: its sum is the item's, moved to where it lies in the reply */
 		if (copy_item(s, seg, soff + ITEM_HDR, out_off, len, 0, &dep))
 			return LK_MISS;
-		s->lk.sum += csum_at(s->lk.isum, out_off);
+		s->lk.sum += csum_at(isum, out_off);
 	} else if (copy_item(s, seg, soff + ITEM_HDR, out_off, first, 1, &dep) ||
 		   copy_item(s, seg, soff + ((ITEM_HDR + hdr - 2) & 511), out_off + first,
 			     len - (hdr - 2), 1, &dep)) {
@@ -615,8 +615,9 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 		return LK_MISS;
 	/* nothing reserved the item's bytes while we read them: the head is read after the header
 	 * and text, its address made to depend on every word of them (dep_zero: a load-load order
-	 * on every architecture without a fence, whose locked operation and store-buffer drain cost
-	 * ~10-20 ns here; the compiler barrier keeps clang from moving the reads past it) */
+	 * on every architecture, with no locked operation; measured neutral against fence() on the
+	 * Intel VM, hitcost.md's fourteenth run). The compiler barrier keeps clang from moving the
+	 * reads past it. */
 	barrier();
 	head = *(volatile __u64 *)((void *)&g->head + dep_zero(dep));
 	h = s->lk.h;
