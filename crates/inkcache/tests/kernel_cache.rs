@@ -47,11 +47,20 @@ fn hit_is_answered_by_the_kernel() {
 fn memcaslap_udp_verifies_through_the_cache() {
     let rig = Rig::attached(&[]).unwrap();
     let server = format!("{}", rig.server_addr());
-    let out = testkit::sh(rig.pair.client.cmd("memcaslap").args([
-        "-s", &server, "-U", "-t", "3s", "-T", "1", "-c", "4", "-X", "64", "-v", "1.0", "-b",
-    ]))
-    .unwrap();
+    let cmd = || {
+        let mut cmd = rig.pair.client.cmd("memcaslap");
+        cmd.args([
+            "-s", &server, "-U", "-t", "3s", "-T", "1", "-c", "4", "-X", "64", "-v", "1.0", "-b",
+        ]);
+        cmd
+    };
+    let out = testkit::memcaslap::run(cmd, std::time::Duration::from_secs(60)).unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "memcaslap failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let field = |name: &str| -> u64 {
         text.lines()
             .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))

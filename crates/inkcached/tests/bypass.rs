@@ -179,12 +179,9 @@ fn afxdp_answers_udp_and_third_party_clients_pass() {
     assert!(stat(&pair.client, srv.port, "afxdp_tx_packets") >= 14);
 
     if tool("/usr/bin/memcaslap") {
-        let out = pair
-            .client
-            .cmd("timeout")
-            .args(["60", "/usr/bin/memcaslap", "-s"])
-            .arg(to4.to_string())
-            .args([
+        let cmd = || {
+            let mut cmd = pair.client.cmd("/usr/bin/memcaslap");
+            cmd.arg("-s").arg(to4.to_string()).args([
                 "-t",
                 "3s",
                 "-T",
@@ -194,9 +191,10 @@ fn afxdp_answers_udp_and_third_party_clients_pass() {
                 "--verify=0.1",
                 "-b",
                 "-U",
-            ])
-            .output()
-            .unwrap();
+            ]);
+            cmd
+        };
+        let out = testkit::memcaslap::run(cmd, Duration::from_secs(60)).unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "memcaslap failed:\n{text}");
         let stat_line = |name: &str| -> u64 {

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use std::process::Command;
+use std::{process::Command, time::Duration};
 
 #[test]
 fn memccapable_ascii_all_pass() {
@@ -34,14 +34,24 @@ fn memccapable_ascii_all_pass() {
 }
 
 fn memcaslap(port: u16, udp: bool) -> String {
-    let mut cmd = Command::new("timeout");
-    cmd.args(["60", "/usr/bin/memcaslap", "-s"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["-t", "3s", "-T", "2", "-c", "16", "--verify=0.1", "-b"]);
-    if udp {
-        cmd.arg("-U");
-    }
-    let out = cmd.output().unwrap();
+    let cmd = || {
+        let mut cmd = Command::new("/usr/bin/memcaslap");
+        cmd.arg("-s").arg(format!("127.0.0.1:{port}")).args([
+            "-t",
+            "3s",
+            "-T",
+            "2",
+            "-c",
+            "16",
+            "--verify=0.1",
+            "-b",
+        ]);
+        if udp {
+            cmd.arg("-U");
+        }
+        cmd
+    };
+    let out = testkit::memcaslap::run(cmd, Duration::from_secs(60)).unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "memcaslap failed:\n{text}");

@@ -2,7 +2,6 @@
 //! the fixed rate, the per-program profile; and the memcaslap cross-check.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -117,12 +116,18 @@ pub(crate) fn run_memcaslap(opts: &PaperOpts, timing: &Timing, setup: Setup) -> 
             Some(k) => Some(k.stats()?),
             None => None,
         };
-        let out = Command::new("ip")
-            .args(["netns", "exec", &rig.pair.client.name, "taskset", "-c"])
-            .arg(CLIENT_CPU.to_string())
-            .arg("memcaslap")
-            .args(args)
-            .output()
+        // `ip netns exec` and taskset exec memcaslap: its sockets can be watched (testkit's
+        // memcaslap module: a run with two sockets on one port is void and made again)
+        let cmd = || {
+            let mut c = rig.pair.client.cmd("taskset");
+            c.arg("-c")
+                .arg(CLIENT_CPU.to_string())
+                .arg("memcaslap")
+                .args(args);
+            c
+        };
+        let limit = Duration::from_secs(timing.memcaslap_s + 60);
+        let out = testkit::memcaslap::run(cmd, limit)
             .context("running memcaslap (Debian package libmemcached-tools)")?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let lines: Vec<&str> = text.lines().collect();

@@ -21,6 +21,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 use nix::sched::{setns, CloneFlags};
 
+pub mod memcaslap;
 mod skip;
 pub use skip::{have_tool, skip, skips_fail, Skipped};
 
