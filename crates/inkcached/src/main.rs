@@ -388,6 +388,20 @@ fn run(cfg: Config) -> Result<(), Fatal> {
         unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
         daemonize(&cfg)?;
     }
+    // The signals are caught from here on, before any port opens: a SIGTERM sent as soon as
+    // the port accepts (a supervisor's stop, a test) is a clean shutdown, not the default
+    // action's kill. They are read once the workers run; one that came before waits for it.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGUSR1,
+        signal_hook::consts::SIGHUP,
+    ])?;
+    // A client that goes away must not kill us.
+    // SAFETY: setting SIGPIPE to SIG_IGN is async-signal-safe and affects only signal delivery.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     if cfg.lock_memory {
         // SAFETY: mlockall has no memory-safety preconditions.
         if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
@@ -489,18 +503,6 @@ fn run(cfg: Config) -> Result<(), Fatal> {
         prefixes: Mutex::new(Default::default()),
         auth: RwLock::new(users),
     });
-
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGUSR1,
-        signal_hook::consts::SIGHUP,
-    ])?;
-    // A client that goes away must not kill us.
-    // SAFETY: setting SIGPIPE to SIG_IGN is async-signal-safe and affects only signal delivery.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
 
     let mut wakers = Vec::new();
     let mut polls = Vec::new();

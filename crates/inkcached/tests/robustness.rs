@@ -163,6 +163,62 @@ fn sigterm_shuts_down_cleanly() {
     }
 }
 
+/// SIGTERM sent the moment the port first accepts is a clean exit, not the default action's kill.
+/// The signals were caught only after the ports opened: a test's readiness probe (a connect) could
+/// get in first, and about one such start in seven died by the signal here (and once in CI).
+#[test]
+fn sigterm_as_soon_as_the_port_opens_exits_cleanly() {
+    for round in 0..40 {
+        let port = port_below_ephemeral(round);
+        let p = port.to_string();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_inkcached"))
+            .args(["-p", &p, "-U", "0", "-l", "127.0.0.1", "-t", "2"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        // no pause between tries: the signal follows the first accepted connect at once (the
+        // port is below the ephemeral range, so a try cannot connect to itself and hold it)
+        let t = Instant::now();
+        let conn = loop {
+            match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) if !self_connected(&s) => break s,
+                _ => {
+                    if let Ok(Some(st)) = child.try_wait() {
+                        panic!("round {round}: inkcached exited before listening: {st:?}");
+                    }
+                    assert!(
+                        t.elapsed() < Duration::from_secs(10),
+                        "round {round}: no port"
+                    );
+                }
+            }
+        };
+        // SAFETY: kill with a valid pid of our own child and a valid signal number.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let st = child.wait().unwrap();
+        drop(conn);
+        assert!(st.success(), "round {round}: exit status {st:?}");
+    }
+}
+
+/// A port free on 127.0.0.1 below the ephemeral range (32768 up, Linux's default), where no
+/// connect's source port and no other test's `free_port` can fall.
+fn port_below_ephemeral(round: u32) -> u16 {
+    let seed = std::process::id().wrapping_mul(2_654_435_761);
+    (0..1000u32)
+        .map(|i| {
+            20_000 + (seed.wrapping_add((round * 1000 + i).wrapping_mul(7919)) % 12_000) as u16
+        })
+        .find(|&p| {
+            std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+                && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()
+        })
+        .expect("a free port in 20000-31999")
+}
+
 fn run_fail(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_inkcached"))
         .args(args)
