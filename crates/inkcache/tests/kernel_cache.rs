@@ -62,9 +62,7 @@ fn memcaslap_udp_verifies_through_the_cache() {
         String::from_utf8_lossy(&out.stderr)
     );
     let field = |name: &str| -> u64 {
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))
-            .and_then(|v| v.trim().parse().ok())
+        testkit::memcaslap::stat(&text, name)
             .unwrap_or_else(|| panic!("memcaslap printed no {name}: {text}"))
     };
     assert_eq!(field("verify_failed"), 0, "{text}");

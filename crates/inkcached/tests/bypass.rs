@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use testkit::{Netns, Pair, SRV_V4, SRV_V6};
+use testkit::{memcaslap, Netns, Pair, SRV_V4, SRV_V6};
 
 fn tool(path: &str) -> bool {
     if std::path::Path::new(path).exists() {
@@ -179,33 +179,22 @@ fn afxdp_answers_udp_and_third_party_clients_pass() {
     assert!(stat(&pair.client, srv.port, "afxdp_tx_packets") >= 14);
 
     if tool("/usr/bin/memcaslap") {
+        let args = memcaslap::verify_args(&to4.to_string(), true);
         let cmd = || {
             let mut cmd = pair.client.cmd("/usr/bin/memcaslap");
-            cmd.arg("-s").arg(to4.to_string()).args([
-                "-t",
-                "3s",
-                "-T",
-                "2",
-                "-c",
-                "16",
-                "--verify=0.1",
-                "-b",
-                "-U",
-            ]);
+            cmd.args(&args);
             cmd
         };
-        let out = testkit::memcaslap::run(cmd, Duration::from_secs(60)).unwrap();
+        let out = memcaslap::run(cmd, Duration::from_secs(60)).unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "memcaslap failed:\n{text}");
         let stat_line = |name: &str| -> u64 {
-            text.lines()
-                .find_map(|l| l.trim().strip_prefix(name)?.trim().parse().ok())
-                .unwrap_or_else(|| panic!("no {name} in {text}"))
+            memcaslap::stat(&text, name).unwrap_or_else(|| panic!("no {name} in {text}"))
         };
-        assert_eq!(stat_line("verify_failed:"), 0, "{text}");
-        assert_eq!(stat_line("verify_misses:"), 0, "{text}");
-        assert_eq!(stat_line("udp_timeout:"), 0, "{text}");
-        assert!(stat_line("cmd_get:") > 1000, "{text}");
+        assert_eq!(stat_line("verify_failed"), 0, "{text}");
+        assert_eq!(stat_line("verify_misses"), 0, "{text}");
+        assert_eq!(stat_line("udp_timeout"), 0, "{text}");
+        assert!(stat_line("cmd_get") > 1000, "{text}");
         assert!(stat(&pair.client, srv.port, "afxdp_rx_packets") > rx + 1000);
     }
     if tool("/usr/bin/memccapable") {

@@ -4,6 +4,7 @@
 mod common;
 use common::*;
 use std::{process::Command, time::Duration};
+use testkit::memcaslap;
 
 #[test]
 fn memccapable_ascii_all_pass() {
@@ -34,24 +35,13 @@ fn memccapable_ascii_all_pass() {
 }
 
 fn memcaslap(port: u16, udp: bool) -> String {
+    let args = memcaslap::verify_args(&format!("127.0.0.1:{port}"), udp);
     let cmd = || {
         let mut cmd = Command::new("/usr/bin/memcaslap");
-        cmd.arg("-s").arg(format!("127.0.0.1:{port}")).args([
-            "-t",
-            "3s",
-            "-T",
-            "2",
-            "-c",
-            "16",
-            "--verify=0.1",
-            "-b",
-        ]);
-        if udp {
-            cmd.arg("-U");
-        }
+        cmd.args(&args);
         cmd
     };
-    let out = testkit::memcaslap::run(cmd, Duration::from_secs(60)).unwrap();
+    let out = memcaslap::run(cmd, Duration::from_secs(60)).unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "memcaslap failed:\n{text}");
@@ -59,9 +49,7 @@ fn memcaslap(port: u16, udp: bool) -> String {
 }
 
 fn stat_line(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+    memcaslap::stat(text, name).unwrap_or_else(|| panic!("no {name} in:\n{text}"))
 }
 
 #[test]
@@ -74,11 +62,11 @@ fn memcaslap_verify_tcp_and_udp() {
     let srv = inkcached(&["-m", "1024"]);
     for udp in [false, true] {
         let text = memcaslap(srv.port, udp);
-        assert_eq!(stat_line(&text, "verify_failed:"), 0, "udp={udp}\n{text}");
-        assert_eq!(stat_line(&text, "verify_misses:"), 0, "udp={udp}\n{text}");
-        assert!(stat_line(&text, "cmd_get:") > 1000, "udp={udp}\n{text}");
+        assert_eq!(stat_line(&text, "verify_failed"), 0, "udp={udp}\n{text}");
+        assert_eq!(stat_line(&text, "verify_misses"), 0, "udp={udp}\n{text}");
+        assert!(stat_line(&text, "cmd_get") > 1000, "udp={udp}\n{text}");
         if udp {
-            assert_eq!(stat_line(&text, "udp_timeout:"), 0, "{text}");
+            assert_eq!(stat_line(&text, "udp_timeout"), 0, "{text}");
         }
     }
 }

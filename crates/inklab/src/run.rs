@@ -141,13 +141,8 @@ pub(crate) fn run_memcaslap(opts: &PaperOpts, timing: &Timing, setup: Setup) -> 
         if let (Some(k), Some(k0)) = (&rig.inkcache, k0) {
             m.kernel = Some(stats_delta(&k0, &k.stats()?));
         }
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        m.cmd_get = field("cmd_get");
-        m.get_misses = field("get_misses");
+        m.cmd_get = testkit::memcaslap::stat(&text, "cmd_get");
+        m.get_misses = testkit::memcaslap::stat(&text, "get_misses");
         // "Run time: 5.0s Ops: 443013 TPS: 88572 Net_rate: 10.3M/s"
         m.tps = text
             .lines()

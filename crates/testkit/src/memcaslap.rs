@@ -69,17 +69,8 @@ fn run_once(mut cmd: Command, limit: Duration) -> Result<(Output, Option<u16>)> 
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {cmd:?}"))?;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let start = Instant::now();
     let mut shared = None;
     let status = loop {
@@ -100,6 +91,50 @@ fn run_once(mut cmd: Command, limit: Duration) -> Result<(Output, Option<u16>)> 
         stderr: stderr.join().unwrap_or_default(),
     };
     Ok((out, shared))
+}
+
+/// Reads a child's pipe to its end on a thread of its own (a pipe left unread could fill and stall
+/// the child while it is being polled).
+fn drain(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+/// The arguments of the tests' verifying run against `server` ("ADDR:PORT"): 3 seconds, 2 threads
+/// of 16 connections, 10% of gets checked against what was set, over UDP if `udp`.
+pub fn verify_args(server: &str, udp: bool) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "-s",
+        server,
+        "-t",
+        "3s",
+        "-T",
+        "2",
+        "-c",
+        "16",
+        "--verify=0.1",
+        "-b",
+    ]
+    .map(String::from)
+    .into();
+    if udp {
+        a.push("-U".into());
+    }
+    a
+}
+
+/// The figure memcaslap printed on its first line `<name>: <number>` (cmd_get, verify_failed,
+/// udp_timeout, ...), if any.
+pub fn stat(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let v = l.trim().strip_prefix(name)?.strip_prefix(':')?;
+        v.trim().parse().ok()
+    })
 }
 
 /// A local port that two UDP sockets (IPv4 or IPv6) of process `pid` are bound to, if any: read
@@ -183,6 +218,15 @@ mod tests {
         assert_eq!(shared_udp_port(me), Some(pa));
         drop((a, b, c));
         assert_eq!(shared_udp_port(me), None);
+    }
+
+    #[test]
+    fn reads_stat_lines() {
+        let text = "cmd_get_x: 9\ncmd_get: 1234\n  verify_failed: 0\nTPS: 88572 Net_rate: 1M/s";
+        assert_eq!(stat(text, "cmd_get"), Some(1234));
+        assert_eq!(stat(text, "verify_failed"), Some(0));
+        assert_eq!(stat(text, "udp_timeout"), None);
+        assert_eq!(stat(text, "TPS"), None, "not a lone number");
     }
 
     #[test]
