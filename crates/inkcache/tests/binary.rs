@@ -22,6 +22,7 @@ use std::{
 
 use common::*;
 use inkproto::{client::Response, udp::frame_request};
+use testkit::memccapable::{self, Protocol};
 
 const BIN_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/bin_client.py");
 
@@ -881,19 +882,14 @@ fn memccapable_binary_passes_through_the_kernel_cache() {
         .pair
         .client
         .cmd("memccapable")
-        .args([
-            "-b",
-            "-h",
+        .args(memccapable::args(
             &testkit::SRV_V4.to_string(),
-            "-p",
-            &PORT.to_string(),
-        ])
+            PORT,
+            Protocol::Binary,
+        ))
         .output()
         .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "memccapable -b failed:\n{text}");
-    assert!(text.contains("All tests passed"), "{text}");
+    memccapable::assert_passed(&out);
     let after = counters(&rig);
     assert!(after.command > before.command + 20, "{}", rig.stats());
     assert!(after.flush > before.flush, "{}", rig.stats());

@@ -9,6 +9,7 @@ use std::io::{Read, Write};
 use std::net::UdpSocket;
 use std::process::Command;
 use std::time::Duration;
+use testkit::memccapable::{self, Protocol};
 
 const SENTINEL: u32 = 0xfeed_f00d;
 
@@ -299,25 +300,11 @@ fn memccapable_binary_all_pass() {
     }
     let srv = inkcached(&[]);
     let out = Command::new("timeout")
-        .args([
-            "120",
-            "/usr/bin/memccapable",
-            "-b",
-            "-t",
-            "5",
-            "-h",
-            "127.0.0.1",
-            "-p",
-        ])
-        .arg(srv.port.to_string())
+        .args(["120", "/usr/bin/memccapable"])
+        .args(memccapable::args("127.0.0.1", srv.port, Protocol::Binary))
         .output()
         .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "memccapable -b failed:\n{text}");
-    assert!(text.contains("All tests passed"), "{text}");
-    assert!(!text.contains("[fail]"), "{text}");
-    assert!(text.matches("[pass]").count() >= 27, "{text}");
+    memccapable::assert_passed(&out);
 }
 
 #[test]

@@ -4,7 +4,10 @@
 mod common;
 use common::*;
 use std::{process::Command, time::Duration};
-use testkit::memcaslap;
+use testkit::{
+    memcaslap,
+    memccapable::{self, Protocol},
+};
 
 #[test]
 fn memccapable_ascii_all_pass() {
@@ -13,25 +16,11 @@ fn memccapable_ascii_all_pass() {
     }
     let srv = inkcached(&[]);
     let out = Command::new("timeout")
-        .args([
-            "120",
-            "/usr/bin/memccapable",
-            "-a",
-            "-t",
-            "5",
-            "-h",
-            "127.0.0.1",
-            "-p",
-        ])
-        .arg(srv.port.to_string())
+        .args(["120", "/usr/bin/memccapable"])
+        .args(memccapable::args("127.0.0.1", srv.port, Protocol::Ascii))
         .output()
         .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "memccapable failed:\n{text}");
-    assert!(text.contains("All tests passed"), "{text}");
-    assert!(!text.contains("[fail]"), "{text}");
-    assert!(text.matches("[pass]").count() >= 27, "{text}");
+    memccapable::assert_passed(&out);
 }
 
 fn memcaslap(port: u16, udp: bool) -> String {

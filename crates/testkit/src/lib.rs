@@ -22,6 +22,7 @@ use anyhow::{bail, Context, Result};
 use nix::sched::{setns, CloneFlags};
 
 pub mod memcaslap;
+pub mod memccapable;
 mod skip;
 pub use skip::{have_tool, skip, skips_fail, Skipped};
 
