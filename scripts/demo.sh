@@ -11,12 +11,14 @@ SIF=ids$ID CIF=idc$ID
 PORT=11211
 SECS=${DEMO_SECONDS:-5}
 MCPID=""
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/inkdemo.XXXXXX")
 
 cleanup() {
     set +e
     [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
     "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
     netns_del "$SRV" "$CLI"
+    rm -rf "$OUT"
 }
 trap cleanup EXIT
 
@@ -38,7 +40,7 @@ done
 load() { # $1 = label
     ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:$PORT --proto udp \
         --keys 10000 --key-size 16 --value-size 32 --popularity zipf:0.99 --get-ratio 1.0 \
-        --inflight 32 --duration "${SECS}s" --warmup 1s $2 --json > "/tmp/inkdemo-$ID-$1.json"
+        --inflight 32 --duration "${SECS}s" --warmup 1s $2 --json > "$OUT/$1.json"
 }
 
 echo "== filling 10000 keys and running ${SECS}s of UDP gets without inkcache"
@@ -47,13 +49,13 @@ echo "== attaching inkcache to $SIF"
 "$BIN/inkcache" --netns "$SRV" attach --iface "$SIF" --port $PORT
 echo "== running ${SECS}s of UDP gets with inkcache"
 load inkcache ""
-"$BIN/inkcache" --netns "$SRV" stats --iface "$SIF" --json > "/tmp/inkdemo-$ID-stats.json"
+"$BIN/inkcache" --netns "$SRV" stats --iface "$SIF" --json > "$OUT/stats.json"
 
-python3 - "$ID" <<'PY'
+python3 - "$OUT" <<'PY'
 import json, sys
-i = sys.argv[1]
-r = {k: json.load(open(f"/tmp/inkdemo-{i}-{k}.json")) for k in ("plain", "inkcache")}
-st = json.load(open(f"/tmp/inkdemo-{i}-stats.json"))
+out = sys.argv[1]
+r = {k: json.load(open(f"{out}/{k}.json")) for k in ("plain", "inkcache")}
+st = json.load(open(f"{out}/stats.json"))
 print()
 print(f"{'run':<22}{'requests/s':>12}{'p99 us':>10}{'kernel hits':>13}{'memcached get_hits':>20}")
 for k, label in (("plain", "memcached"), ("inkcache", "memcached + inkcache")):
@@ -64,4 +66,3 @@ for k, label in (("plain", "memcached"), ("inkcache", "memcached + inkcache")):
 print()
 print("kernel counters:", ", ".join(f"{k}={v}" for k, v in st.items()))
 PY
-rm -f /tmp/inkdemo-$ID-*.json
