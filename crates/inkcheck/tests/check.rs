@@ -244,3 +244,52 @@ fn inkcache_has_no_violations_under_hostile_writes() -> Result<()> {
     );
     Ok(())
 }
+
+/// `make check-consistency` as an operator runs it: scripts/check.sh (namespaces, memcached,
+/// inkcache attached, the checker) for a few seconds, with the Makefile's mix. It passes with no
+/// violation, the kernel served, and the script leaves none of its namespaces behind.
+#[test]
+fn check_script_runs_clean() -> Result<()> {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_inkcheck"))
+        .parent()
+        .context("inkcheck's directory")?
+        .to_path_buf();
+    testkit::skip_unless!(
+        bin.join("inkcache").exists(),
+        "no inkcache next to inkcheck in {} (make build)",
+        bin.display()
+    );
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/check.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .args(["3", "--keys", "256", "--writers", "2"])
+        .args(["--flush-ratio", "0.00002", "--large-ratio", "0"])
+        .env("BIN", &bin)
+        .output()?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "check.sh failed:\n{text}");
+    assert!(text.lines().any(|l| l == "violations: 0"), "{text}");
+    let stats = text
+        .lines()
+        .find_map(|l| l.strip_prefix("inkcache stats: "))
+        .with_context(|| format!("no inkcache stats:\n{text}"))?;
+    let stats: serde_json::Value = serde_json::from_str(stats)?;
+    assert!(stats["hits"].as_u64().unwrap_or(0) > 0, "{stats}");
+    assert_eq!(stats["errors"].as_u64(), Some(0), "{stats}");
+    // its namespaces are inkchk-{s,c}ID, ID as in the server veth's name ("attached to icsID")
+    let id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("attached to ics"))
+        .and_then(|r| r.split_whitespace().next())
+        .with_context(|| format!("no attach line:\n{text}"))?;
+    let list = Command::new("ip").args(["netns", "list"]).output()?;
+    let list = String::from_utf8_lossy(&list.stdout);
+    for ns in [format!("inkchk-s{id}"), format!("inkchk-c{id}")] {
+        assert!(
+            !list.split_whitespace().any(|n| n == ns),
+            "{ns} left behind"
+        );
+    }
+    Ok(())
+}
