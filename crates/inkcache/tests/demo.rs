@@ -7,6 +7,8 @@ use std::{
     process::Command,
 };
 
+use testkit::TempDir;
+
 /// The directory of the built binaries the demo runs (inkcache, inkbench).
 fn bin_dir() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_inkcache"))
@@ -15,38 +17,22 @@ fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// A fresh directory, removed on drop: the demo's TMPDIR, so what it leaves there shows.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Self {
-        let dir = std::env::temp_dir().join(testkit::unique("inkdemo-t"));
-        fs::create_dir(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn entries(&self) -> Vec<String> {
-        fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+/// What is left in `dir`.
+fn entries(dir: &TempDir) -> Vec<String> {
+    fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 /// Runs scripts/demo.sh with `bin` as its BIN for one second a phase; its exit, and all it printed.
-fn demo(bin: &Path, tmp: &Scratch) -> (bool, String) {
+fn demo(bin: &Path, tmp: &TempDir) -> (bool, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/demo.sh");
     let out = Command::new("bash")
         .arg(script)
         .env("BIN", bin)
         .env("DEMO_SECONDS", "1")
-        .env("TMPDIR", &tmp.0)
+        .env("TMPDIR", tmp.path())
         .output()
         .unwrap();
     let text =
@@ -66,20 +52,15 @@ fn namespaces(text: &str) -> Vec<String> {
 }
 
 /// Asserts that none of the demo's namespaces and none of its files remain.
-fn assert_left_nothing(text: &str, tmp: &Scratch) {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let list = String::from_utf8_lossy(&out.stdout);
+fn assert_left_nothing(text: &str, tmp: &TempDir) {
     for ns in namespaces(text) {
         assert!(
-            !list.split_whitespace().any(|n| n == ns),
+            !testkit::netns_exists(&ns),
             "namespace {ns} left behind:\n{text}"
         );
     }
-    assert!(
-        tmp.entries().is_empty(),
-        "left in TMPDIR: {:?}",
-        tmp.entries()
-    );
+    let left = entries(tmp);
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }
 
 /// The figures of a row of the demo's table, after its label (commas dropped).
@@ -117,7 +98,7 @@ fn demo_shows_the_kernel_answering_and_leaves_nothing() {
         "inkbench is not built in {} (make build)",
         bin.display()
     );
-    let tmp = Scratch::new();
+    let tmp = testkit::temp_dir("inkdemo-t");
     let (ok, text) = demo(&bin, &tmp);
     assert!(ok, "the demo failed:\n{text}");
     // requests/s, p99 us, kernel hits, memcached get_hits
@@ -143,12 +124,11 @@ fn demo_cleans_up_when_it_fails() {
     testkit::require_tool!("/usr/bin/memcached");
     // a BIN with inkcache but no inkbench: the demo fails at its first load, after its
     // namespaces, memcached and its scratch directory exist
-    let tmp = Scratch::new();
-    let bin = std::env::temp_dir().join(testkit::unique("inkdemo-b"));
-    fs::create_dir(&bin).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_inkcache"), bin.join("inkcache")).unwrap();
-    let (ok, text) = demo(&bin, &tmp);
-    let _ = fs::remove_dir_all(&bin);
+    let tmp = testkit::temp_dir("inkdemo-t");
+    let bin = testkit::temp_dir("inkdemo-b");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_inkcache"), bin.path().join("inkcache"))
+        .unwrap();
+    let (ok, text) = demo(bin.path(), &tmp);
     assert!(!ok, "the demo ran without inkbench:\n{text}");
     assert!(text.contains("inkbench"), "{text}");
     assert_left_nothing(&text, &tmp);

@@ -15,6 +15,7 @@ use std::{
 };
 
 use common::*;
+use testkit::TempDir;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -48,28 +49,12 @@ fn have(tool: &str) -> bool {
     ok
 }
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(testkit::unique(&format!("inkcache-{tag}-")));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// What the package installs, laid out under a temporary root by packaging/stage.sh.
 fn staged(bins: &Path) -> TempDir {
-    let t = TempDir::new("stage");
+    let t = testkit::temp_dir("inkcache-stage-");
     testkit::sh(
         Command::new(repo().join("packaging/stage.sh"))
-            .arg(&t.0)
+            .arg(t.path())
             .arg(bins)
             .current_dir(repo()),
     )
@@ -83,10 +68,10 @@ fn debian_package_holds_everything_and_its_units_verify() {
     if !have("dpkg-deb") || !have("systemd-analyze") || !have("man") {
         return;
     }
-    let out = TempDir::new("deb");
+    let out = testkit::temp_dir("inkcache-deb-");
     let built = testkit::sh(
         Command::new(repo().join("packaging/deb.sh"))
-            .arg(&out.0)
+            .arg(out.path())
             .arg(&bins)
             .current_dir(repo()),
     )
@@ -132,7 +117,7 @@ fn debian_package_holds_everything_and_its_units_verify() {
     assert!(!conf.stdout.is_empty());
 
     // verify the units as installed: the package's files plus the host's targets as the root
-    let root = out.0.join("x");
+    let root = out.path().join("x");
     testkit::sh(Command::new("dpkg-deb").args(["-x", &deb]).arg(&root)).unwrap();
     let units = root.join("lib/systemd/system");
     for t in std::fs::read_dir("/lib/systemd/system").unwrap() {
@@ -314,8 +299,8 @@ fn inkcache_unit_attaches_on_start_and_detaches_on_stop() {
     let root = staged(&bins);
     let mut rig = Rig::new().unwrap();
     let (ns, iface) = (rig.pair.server.name.clone(), rig.pair.srv_if.clone());
-    let start = exec_lines(&root.0, "inkcache@.service", &iface, "ExecStart");
-    let stop_ = exec_lines(&root.0, "inkcache@.service", &iface, "ExecStop");
+    let start = exec_lines(root.path(), "inkcache@.service", &iface, "ExecStart");
+    let stop_ = exec_lines(root.path(), "inkcache@.service", &iface, "ExecStop");
     assert_eq!((start.len(), stop_.len()), (1, 1));
     // the environment file's options reached the command line
     assert!(
@@ -350,7 +335,7 @@ fn inkcached_and_metrics_units_serve_and_stop() {
     let Some(bins) = bin_dir() else { return };
     let root = staged(&bins);
     let ns = testkit::Netns::new("iku").unwrap();
-    let srv = exec_lines(&root.0, "inkcached.service", "", "ExecStart");
+    let srv = exec_lines(root.path(), "inkcached.service", "", "ExecStart");
     assert_eq!(srv.len(), 1);
     let server = spawn_in(&ns.name, &srv[0]);
     let addr: SocketAddr = "127.0.0.1:11211".parse().unwrap();
@@ -378,7 +363,7 @@ fn inkcached_and_metrics_units_serve_and_stop() {
         .unwrap();
     assert_eq!(values(&assemble(&d).expect("UDP reply"))[0].2, b"hi");
 
-    let m = exec_lines(&root.0, "inkcache-metrics.service", "", "ExecStart");
+    let m = exec_lines(root.path(), "inkcache-metrics.service", "", "ExecStart");
     assert_eq!(m.len(), 1);
     let listen = m[0]
         .windows(2)

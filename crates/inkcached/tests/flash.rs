@@ -16,28 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use testkit::TempDir;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "inkfl-{tag}-{}-{:x}",
-            std::process::id(),
-            Instant::now().elapsed().as_nanos() ^ (&tag as *const _ as u128)
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn file(&self) -> String {
-        self.0.join("store").display().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The flash tier's file in `dir`.
+fn store(dir: &TempDir) -> String {
+    dir.path().join("store").display().to_string()
 }
 
 /// A deterministic value of 1-16 KB for key number `i` (`round` changes it).
@@ -106,7 +89,7 @@ fn ext_opts(file: &str, size: &str, extra: &str) -> String {
 
 /// inkcached with one shard and every value but the newest on flash.
 fn all_on_flash(dir: &TempDir) -> Server {
-    let o = ext_opts(&dir.file(), "64m", ",ext_item_size=1,ext_item_age=0");
+    let o = ext_opts(&store(dir), "64m", ",ext_item_size=1,ext_item_age=0");
     inkcached(&["-m", "2", "-o", &o])
 }
 
@@ -122,9 +105,9 @@ fn push(c: &mut Tcp) {
 
 #[test]
 fn evicted_values_come_back_identical() {
-    let dir = TempDir::new("tcp");
+    let dir = testkit::temp_dir("inkfl-tcp-");
     // 4 MB of RAM, 64 MB of flash, ~25 MB of values: most of them on flash
-    let o = ext_opts(&dir.file(), "64m", "");
+    let o = ext_opts(&store(&dir), "64m", "");
     let srv = inkcached(&[
         "-m",
         "4",
@@ -233,9 +216,9 @@ fn evicted_values_come_back_identical() {
 
 #[test]
 fn flash_smaller_than_data_misses_but_never_lies() {
-    let dir = TempDir::new("small");
+    let dir = testkit::temp_dir("inkfl-small-");
     // 4 MB of RAM, 8 MB of flash, ~25 MB written twice: pages are reclaimed and compacted
-    let o = ext_opts(&dir.file(), "8m", "");
+    let o = ext_opts(&store(&dir), "8m", "");
     let srv = inkcached(&[
         "-m",
         "4",
@@ -302,7 +285,7 @@ fn udp_request(s: &UdpSocket, id: u16, payload: &[u8]) -> Response {
 
 #[test]
 fn udp_gets_of_flash_items() {
-    let dir = TempDir::new("udp");
+    let dir = testkit::temp_dir("inkfl-udp-");
     let srv = all_on_flash(&dir);
     let mut c = Tcp::new(srv.port);
     for i in 0..40u64 {
@@ -336,7 +319,7 @@ fn udp_gets_of_flash_items() {
 
 #[test]
 fn commands_on_flash_items() {
-    let dir = TempDir::new("cmds");
+    let dir = testkit::temp_dir("inkfl-cmds-");
     let srv = all_on_flash(&dir);
     let mut c = Tcp::new(srv.port);
     let big = value(1, 9);
@@ -454,7 +437,7 @@ fn commands_on_flash_items() {
 
 #[test]
 fn corrupted_items_are_misses_and_counted() {
-    let dir = TempDir::new("crc");
+    let dir = testkit::temp_dir("inkfl-crc-");
     let srv = all_on_flash(&dir);
     let mut c = Tcp::new(srv.port);
     let n = 300u64; // ~2.5 MB on flash, written out
@@ -466,7 +449,7 @@ fn corrupted_items_are_misses_and_counted() {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(dir.file())
+        .open(store(&dir))
         .unwrap();
     use std::os::unix::fs::FileExt;
     for off in (1000..6 << 20).step_by(2048) {
@@ -495,7 +478,7 @@ fn corrupted_items_are_misses_and_counted() {
 
 #[test]
 fn file_truncated_while_running() {
-    let dir = TempDir::new("trunc");
+    let dir = testkit::temp_dir("inkfl-trunc-");
     let srv = all_on_flash(&dir);
     let mut c = Tcp::new(srv.port);
     for i in 0..200u64 {
@@ -504,7 +487,7 @@ fn file_truncated_while_running() {
     push(&mut c);
     std::fs::OpenOptions::new()
         .write(true)
-        .open(dir.file())
+        .open(store(&dir))
         .unwrap()
         .set_len(0)
         .unwrap();
@@ -593,8 +576,8 @@ fn full_file_serves_from_ram() {
         return;
     }
     // a file size limit of 1 MB: the 8 MB storage file cannot be reserved
-    let dir = TempDir::new("full");
-    let o = ext_opts(&dir.file(), "8m", "");
+    let dir = testkit::temp_dir("inkfl-full-");
+    let o = ext_opts(&store(&dir), "8m", "");
     let (srv, log) = spawn_logged(&["/usr/bin/prlimit", "--fsize=1048576", "--"], &["-o", &o]);
     serves_from_ram(&srv, &log, "reserving");
 }
@@ -605,8 +588,8 @@ fn filesystem_without_o_direct_serves_from_ram() {
         return;
     }
     // ramfs has no O_DIRECT (tmpfs has since 6.6): mount one in a private mount namespace
-    let dir = TempDir::new("ramfs");
-    let mnt = dir.0.display().to_string();
+    let dir = testkit::temp_dir("inkfl-ramfs-");
+    let mnt = dir.path().display().to_string();
     let script = format!("mount -t ramfs none {mnt} && exec \"$0\" \"$@\"");
     let o = ext_opts(&format!("{mnt}/f"), "8m", "");
     let (srv, log) = spawn_logged(
@@ -644,8 +627,8 @@ fn inkcheck_bin() -> Option<PathBuf> {
 #[test]
 fn consistency_checker_with_compaction() {
     let Some(check) = inkcheck_bin() else { return };
-    let dir = TempDir::new("check");
-    let o = ext_opts(&dir.file(), "4m", ",ext_item_size=1,ext_item_age=0");
+    let dir = testkit::temp_dir("inkfl-check-");
+    let o = ext_opts(&store(&dir), "4m", ",ext_item_size=1,ext_item_age=0");
     let srv = inkcached(&["-m", "2", "-o", &o]);
     let out = Command::new(&check)
         .args([
@@ -670,14 +653,14 @@ fn consistency_checker_with_compaction() {
         s["extstore_page_evictions"] + s["extstore_page_reclaims"] > 0,
         "{s:?}"
     );
-    let _ = Path::new(&dir.file());
+    let _ = Path::new(&store(&dir));
 }
 
 /// Gets pipelined behind a parked one are read ahead; writes pipelined between them still
 /// apply in order (a get after a set or delete sees it).
 #[test]
 fn pipelined_gets_and_writes_on_flash_items() {
-    let dir = TempDir::new("pipe");
+    let dir = testkit::temp_dir("inkfl-pipe-");
     let srv = all_on_flash(&dir);
     let mut c = Tcp::new(srv.port);
     for i in 0..20u64 {

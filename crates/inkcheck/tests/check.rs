@@ -283,13 +283,8 @@ fn check_script_runs_clean() -> Result<()> {
         .find_map(|l| l.strip_prefix("attached to ics"))
         .and_then(|r| r.split_whitespace().next())
         .with_context(|| format!("no attach line:\n{text}"))?;
-    let list = Command::new("ip").args(["netns", "list"]).output()?;
-    let list = String::from_utf8_lossy(&list.stdout);
     for ns in [format!("inkchk-s{id}"), format!("inkchk-c{id}")] {
-        assert!(
-            !list.split_whitespace().any(|n| n == ns),
-            "{ns} left behind"
-        );
+        assert!(!testkit::netns_exists(&ns), "{ns} left behind");
     }
     Ok(())
 }

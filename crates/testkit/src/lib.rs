@@ -25,6 +25,7 @@ pub mod memcaslap;
 pub mod memccapable;
 mod skip;
 pub use skip::{have_tool, skip, skips_fail, Skipped};
+pub use tempfile::TempDir;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -32,6 +33,20 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 pub fn unique(prefix: &str) -> String {
     let n = SEQ.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}{}x{n}", std::process::id() % 10000)
+}
+
+/// A fresh directory under the system's temporary directory (`TMPDIR`), its name starting with
+/// `prefix`, removed with everything in it when dropped (also when the test panics).
+pub fn temp_dir(prefix: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("creating a temporary directory")
+}
+
+/// Whether a named network namespace (`ip netns add NAME`) exists.
+pub fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
 }
 
 /// Runs a command, failing with its stderr if it exits non-zero.
