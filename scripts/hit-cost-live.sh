@@ -14,7 +14,8 @@
 # alongside (docs/results/hitcost.md, eleventh run: the original BMC). BUSY=1
 # keeps CPU1 from idling between packets (a SCHED_IDLE busy loop there, which the NAPI thread
 # preempts at once), as a loaded server core does not idle: where idling evicts the caches (a
-# VM's halt, deep C-states), a hit costs less so (docs/results/hitcost.md, ninth run). Usage:
+# VM's halt, deep C-states), a hit costs less so (docs/results/hitcost.md, ninth run). BUSY=yield
+# does it with a loop of sched_yield, as `inklab paper --server-awake` does (seventeenth run). Usage:
 #   scripts/hit-cost-live.sh [INKCACHE_CLI...]      (default: $BIN/inkcache)
 # Prints one line per measurement: ns per run, and each key after the first of a multi-key get
 # ((cost of the N-key get - cost of the 1-key get) / (N - 1)), then the hits, misses, slot hits and
@@ -37,7 +38,11 @@ cleanup_extra() {
     echo "$STATS_WAS" > /proc/sys/kernel/bpf_stats_enabled
     [ -z "$SPIN" ] || kill "$SPIN" 2> /dev/null || true
 }
-if [ "${BUSY:-0}" != 0 ]; then
+if [ "${BUSY:-0}" = yield ]; then
+    taskset -c 1 chrt -i 0 python3 -c 'import os
+while True: os.sched_yield()' &
+    SPIN=$!
+elif [ "${BUSY:-0}" != 0 ]; then
     taskset -c 1 chrt -i 0 bash -c 'while :; do :; done' &
     SPIN=$!
 fi

@@ -13,6 +13,24 @@ pub(crate) struct CpuSnap {
     pub(crate) total_ns: u64,
     pub(crate) steal_ns: u64,
     pub(crate) tasks_ns: u64,
+    /// CPU time of the thread that keeps the server CPU awake (`--server-awake`), else 0.
+    pub(crate) spin_ns: u64,
+}
+
+/// CPU time (utime + stime, fields 14 and 15) from a stat file of /proc, in USER_HZ ticks; 0 if
+/// the task is gone. /proc/PID/stat sums a process's threads; /proc/self/task/TID/stat is one
+/// thread of this process.
+fn task_ticks(stat: &str) -> u64 {
+    let Ok(s) = std::fs::read_to_string(stat) else {
+        return 0;
+    };
+    let Some((_, rest)) = s.rsplit_once(") ") else {
+        return 0;
+    };
+    // counted from the state (field 3)
+    let v: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| v.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
 }
 
 pub(crate) fn clk_tck() -> u64 {
@@ -26,7 +44,8 @@ pub(crate) fn clk_tck() -> u64 {
 }
 
 impl CpuSnap {
-    pub(crate) fn take(cpu: usize, tasks: &[i32]) -> Result<Self> {
+    /// `tasks`: processes (their threads summed); `spinner`: a thread of this process.
+    pub(crate) fn take(cpu: usize, tasks: &[i32], spinner: Option<i32>) -> Result<Self> {
         static TCK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
         let tck = *TCK.get_or_init(clk_tck);
         let to_ns = |ticks: u64| ticks * 1_000_000_000 / tck;
@@ -45,23 +64,16 @@ impl CpuSnap {
         // user nice system idle iowait irq softirq steal
         let busy = g(0) + g(1) + g(2) + g(5) + g(6);
         let total = busy + g(3) + g(4) + g(7);
-        let mut tasks_ticks = 0;
-        for &p in tasks {
-            if let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
-                if let Some(rest) = s.rsplit_once(") ").map(|(_, r)| r) {
-                    let v: Vec<&str> = rest.split_whitespace().collect();
-                    // fields 14 and 15 (utime, stime), counted from the state (field 3)
-                    let ut: u64 = v.get(11).and_then(|x| x.parse().ok()).unwrap_or(0);
-                    let st: u64 = v.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
-                    tasks_ticks += ut + st;
-                }
-            }
-        }
+        let tasks_ticks: u64 = tasks
+            .iter()
+            .map(|p| task_ticks(&format!("/proc/{p}/stat")))
+            .sum();
         Ok(CpuSnap {
             busy_ns: to_ns(busy),
             total_ns: to_ns(total),
             steal_ns: to_ns(g(7)),
             tasks_ns: to_ns(tasks_ticks),
+            spin_ns: to_ns(spinner.map_or(0, |t| task_ticks(&format!("/proc/self/task/{t}/stat")))),
         })
     }
 }

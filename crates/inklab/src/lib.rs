@@ -71,6 +71,11 @@ pub struct PaperOpts {
     /// (docs/results/hitcost.md).
     #[serde(default)]
     pub stop_stage: u32,
+    /// Keep the server CPU from halting between packets with a `SCHED_IDLE` thread that yields in
+    /// a loop, and count the server's cost as that CPU's busy time less the loop's: capacity as on
+    /// a core that a load saturates (docs/results/hitcost.md, seventeenth run).
+    #[serde(default)]
+    pub server_awake: bool,
 }
 
 impl PaperOpts {
@@ -90,6 +95,7 @@ impl PaperOpts {
             inflight: 32,
             memcaslap: true,
             stop_stage: 0,
+            server_awake: false,
         }
     }
 }
@@ -396,6 +402,9 @@ pub struct Meta {
     /// [`PaperOpts::stop_stage`] of the run (0: a paper run).
     #[serde(default)]
     pub stop_stage: u32,
+    /// [`PaperOpts::server_awake`] of the run.
+    #[serde(default)]
+    pub server_awake: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -412,6 +421,11 @@ veth's threaded NAPI kthread) pinned to CPU0; server netns (server process and t
 threaded NAPI kthread, where XDP runs) pinned to CPU1; XDP programs on both veth ends in every \
 configuration (XDP_PASS where nothing else is attached) so packets take the NAPI path; server cost \
 = CPU1 busy time from /proc/stat / answered requests";
+
+/// What `--server-awake` adds to [`TOPOLOGY`].
+pub const AWAKE: &str = " less the CPU time of a SCHED_IDLE thread that yields in a loop on \
+CPU1, which keeps CPU1 from halting between packets (`--server-awake`: as on a core a load \
+saturates; a runnable server task has CPU1 within one yield)";
 
 /// Runs the paper scenario and writes results.json, results.md and the plots into `opts.out`.
 pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
@@ -487,6 +501,7 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
         scenario: "paper".into(),
         quick: opts.quick,
         stop_stage: opts.stop_stage,
+        server_awake: opts.server_awake,
         started_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -517,7 +532,11 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
         inflight: opts.inflight,
         timing,
         latency_rates: rates,
-        topology: TOPOLOGY.into(),
+        topology: if opts.server_awake {
+            format!("{TOPOLOGY}{AWAKE}")
+        } else {
+            TOPOLOGY.into()
+        },
         inkcache_bin: opts.inkcache.as_ref().map(|p| p.display().to_string()),
         inkcached_bin: opts.inkcached.as_ref().map(|p| p.display().to_string()),
     };

@@ -55,6 +55,11 @@ struct PaperArgs {
     /// (docs/results/hitcost.md). The results are not a valid paper run.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=6))]
     stop_stage: u32,
+    /// Keep the server CPU from halting between packets (a SCHED_IDLE thread yielding in a loop
+    /// on it) and count the server's cost as that CPU's busy time less the loop's: capacity as on
+    /// a core a load saturates, which a single client cannot do on 2 CPUs.
+    #[arg(long)]
+    server_awake: bool,
     /// Run nothing: re-derive ratios and goals from this results.json and rewrite the report
     /// and plots into --out.
     #[arg(long)]
@@ -78,6 +83,7 @@ fn cmd_paper(a: &PaperArgs) -> Result<()> {
     o.inflight = a.inflight;
     o.memcaslap = !a.no_memcaslap;
     o.stop_stage = a.stop_stage;
+    o.server_awake = a.server_awake;
     let res = match &a.from_json {
         Some(f) => inklab::rewrite(f, &o.out)?,
         None => inklab::paper(&o)?,
