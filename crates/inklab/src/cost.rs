@@ -17,20 +17,25 @@ pub(crate) struct CpuSnap {
     pub(crate) spin_ns: u64,
 }
 
-/// CPU time (utime + stime, fields 14 and 15) from a stat file of /proc, in USER_HZ ticks; 0 if
-/// the task is gone. /proc/PID/stat sums a process's threads; /proc/self/task/TID/stat is one
-/// thread of this process.
-fn task_ticks(stat: &str) -> u64 {
-    let Ok(s) = std::fs::read_to_string(stat) else {
-        return 0;
-    };
-    let Some((_, rest)) = s.rsplit_once(") ") else {
-        return 0;
-    };
-    // counted from the state (field 3)
+/// Fields `ns` (1-based, as proc(5) numbers them) of a stat file of /proc, as numbers (0 where a
+/// field is not one); None if the task is gone. /proc/PID/stat sums a process's threads;
+/// /proc/self/task/TID/stat is one thread of this process.
+pub(crate) fn stat_fields<const N: usize>(stat: &str, ns: [usize; N]) -> Option<[u64; N]> {
+    let s = std::fs::read_to_string(stat).ok()?;
+    // the fields after the command (field 2, which may hold spaces and parentheses)
+    let (_, rest) = s.rsplit_once(") ")?;
     let v: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| v.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
+    Some(ns.map(|n| {
+        n.checked_sub(3)
+            .and_then(|i| v.get(i))
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0)
+    }))
+}
+
+/// CPU time (utime + stime) from a stat file of /proc, in USER_HZ ticks; 0 if the task is gone.
+fn task_ticks(stat: &str) -> u64 {
+    stat_fields(stat, [14, 15]).map_or(0, |[ut, st]| ut + st)
 }
 
 pub(crate) fn clk_tck() -> u64 {
