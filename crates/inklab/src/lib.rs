@@ -425,7 +425,8 @@ configuration (XDP_PASS where nothing else is attached) so packets take the NAPI
 /// What `--server-awake` adds to [`TOPOLOGY`].
 pub const AWAKE: &str = " less the CPU time of a SCHED_IDLE thread that yields in a loop on \
 CPU1, which keeps CPU1 from halting between packets (`--server-awake`: as on a core a load \
-saturates; a runnable server task has CPU1 within one yield)";
+saturates; a server process can still wait behind the loop now and then, so its latency is not \
+a default run's)";
 
 /// Runs the paper scenario and writes results.json, results.md and the plots into `opts.out`.
 pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {

@@ -190,7 +190,9 @@ pub fn markdown(res: &PaperResults) -> String {
             "**CPU1 kept awake** (`--server-awake`): a `SCHED_IDLE` thread yielding in a \
              loop ran on CPU1 throughout, so it never halted between packets, and its CPU time \
              is not counted as the server's. Costs are those of a core that a load saturates; \
-             the default run measures a core that idles between the client's batches.\n"
+             the default run measures a core that idles between the client's batches. A server \
+             process can still wait behind the loop now and then: read the cost columns, not \
+             its latency.\n"
         );
     }
     let _ = writeln!(s, "Topology: {}.\n", m.topology);

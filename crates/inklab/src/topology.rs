@@ -264,8 +264,10 @@ pub(crate) fn stats_delta(a: &Stats, b: &Stats) -> KernelStats {
 
 /// A busy loop on the server CPU (`--server-awake`): the CPU never halts between packets, as
 /// under a load that saturates it. It is a thread of this process at `SCHED_IDLE` that yields in
-/// a loop, so any server task that is runnable gets the CPU within a yield. `SCHED_IDLE` alone
-/// was not enough: a loop that never yielded starved memcached (27K requests/s and a 2.2 ms
+/// a loop, so a runnable server task mostly gets the CPU within a yield; not always: inkcached's
+/// median latency rose to ~0.9 ms in two of four paper runs (hitcost.md, seventeenth run), so
+/// the mode is for the cost columns, which leave the loop's time out. `SCHED_IDLE` alone was
+/// not enough: a loop that never yielded starved memcached (27K requests/s and a 2.2 ms
 /// median instead of ~120K and ~50 us; memcached is woken by the NAPI kthread, not by an
 /// interrupt, and EEVDF can then pick the eligible idle-class loop and let it run out its slice).
 /// Its CPU time is measured and not counted as the server's. Stopped on drop.
