@@ -23,6 +23,7 @@
 mod cost;
 mod plots;
 mod report;
+mod rounds;
 mod run;
 mod skel;
 mod topology;
@@ -39,6 +40,7 @@ use inkbench::{LatencySummary, Popularity, Proto, RunConfig, ValueSize};
 use serde::{Deserialize, Serialize};
 use testkit::SRV_V4;
 
+pub use rounds::RoundPoint;
 use run::{run_memcaslap, run_setup};
 use topology::{ensure_root, pin_self, read_trim};
 
@@ -76,6 +78,11 @@ pub struct PaperOpts {
     /// a core that a load saturates (docs/results/hitcost.md, seventeenth run).
     #[serde(default)]
     pub server_awake: bool,
+    /// Measure the target workload's capacity again in this many interleaved rounds, every
+    /// configuration set up at once and measured in turn (`rounds.rs`; 0: none). The goals then
+    /// use the median of the rounds' ratios.
+    #[serde(default)]
+    pub rounds: u32,
 }
 
 impl PaperOpts {
@@ -96,6 +103,7 @@ impl PaperOpts {
             memcaslap: true,
             stop_stage: 0,
             server_awake: false,
+            rounds: 0,
         }
     }
 }
@@ -249,6 +257,9 @@ pub struct Timing {
     pub measure_s: f64,
     pub profile_s: f64,
     pub memcaslap_s: u64,
+    /// One configuration's closed-loop run in an interleaved round (`--rounds`).
+    #[serde(default)]
+    pub round_s: f64,
 }
 
 impl Timing {
@@ -259,6 +270,7 @@ impl Timing {
                 measure_s: 1.0,
                 profile_s: 0.5,
                 memcaslap_s: 2,
+                round_s: 1.0,
             }
         } else {
             Timing {
@@ -266,6 +278,7 @@ impl Timing {
                 measure_s: 8.0,
                 profile_s: 3.0,
                 memcaslap_s: 5,
+                round_s: 4.0,
             }
         }
     }
@@ -379,6 +392,12 @@ pub struct PaperResults {
     pub ratios: BTreeMap<String, f64>,
     pub goals: Vec<Goal>,
     pub memcaslap: Vec<Memcaslap>,
+    /// The target workload's interleaved capacity rounds (`--rounds`), in the order measured.
+    #[serde(default)]
+    pub rounds: Vec<RoundPoint>,
+    /// Why the rounds stopped, if they failed (the main pass's results stand).
+    #[serde(default)]
+    pub rounds_error: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -405,6 +424,9 @@ pub struct Meta {
     /// [`PaperOpts::server_awake`] of the run.
     #[serde(default)]
     pub server_awake: bool,
+    /// [`PaperOpts::rounds`] of the run.
+    #[serde(default)]
+    pub rounds: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -441,6 +463,8 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
     let mut results = Vec::new();
     let mut rates = BTreeMap::new();
     let mut memcaslap = Vec::new();
+    let mut rounds = Vec::new();
+    let mut rounds_error = None;
     for wl in &wls {
         let mut rate: Option<f64> = None;
         for &setup in &wl.setups {
@@ -497,12 +521,26 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
                 memcaslap.push(run_memcaslap(opts, &timing, setup));
             }
         }
+        if wl.name == "target" && opts.rounds > 0 {
+            eprintln!(
+                "inklab: {} / {} interleaved rounds ...",
+                wl.name, opts.rounds
+            );
+            match rounds::capacity_rounds(opts, &timing, wl, opts.rounds) {
+                Ok(p) => rounds = p,
+                Err(e) => {
+                    eprintln!("inklab: interleaved rounds failed: {e:#}");
+                    rounds_error = Some(format!("{e:#}"));
+                }
+            }
+        }
     }
     let meta = Meta {
         scenario: "paper".into(),
         quick: opts.quick,
         stop_stage: opts.stop_stage,
         server_awake: opts.server_awake,
+        rounds: opts.rounds,
         started_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -548,6 +586,8 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
         ratios: BTreeMap::new(),
         goals: Vec::new(),
         memcaslap,
+        rounds,
+        rounds_error,
     };
     report::derive(&mut res);
     res.meta.elapsed_s = t0.elapsed().as_secs_f64();

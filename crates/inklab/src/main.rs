@@ -60,6 +60,11 @@ struct PaperArgs {
     /// a core a load saturates, which a single client cannot do on 2 CPUs.
     #[arg(long)]
     server_awake: bool,
+    /// Measure the target workload's capacity again in N interleaved rounds: every configuration
+    /// set up at once and measured in turn, so that the host's drift weighs on all alike; the
+    /// goals then use the median of the rounds' ratios (0: none).
+    #[arg(long, default_value_t = defaults().rounds)]
+    rounds: u32,
     /// Run nothing: re-derive ratios and goals from this results.json and rewrite the report
     /// and plots into --out.
     #[arg(long)]
@@ -84,6 +89,7 @@ fn cmd_paper(a: &PaperArgs) -> Result<()> {
     o.memcaslap = !a.no_memcaslap;
     o.stop_stage = a.stop_stage;
     o.server_awake = a.server_awake;
+    o.rounds = a.rounds;
     let res = match &a.from_json {
         Some(f) => inklab::rewrite(f, &o.out)?,
         None => inklab::paper(&o)?,

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::rounds::median;
 use crate::{Goal, PaperResults, Point, Setup, SetupResult};
 
 fn find<'a>(res: &'a PaperResults, wl: &str, s: Setup) -> Option<&'a SetupResult> {
@@ -14,26 +15,76 @@ fn max_of<'a>(res: &'a PaperResults, wl: &str, s: Setup) -> Option<&'a Point> {
     find(res, wl, s).and_then(|r| r.max.as_ref())
 }
 
+/// The configurations compared, each against the second.
+const PAIRS: [(Setup, Setup); 6] = [
+    (Setup::MemcachedInkcache, Setup::Memcached),
+    (Setup::MemcachedInkcache, Setup::XdpEcho),
+    (Setup::Inkcached, Setup::Memcached),
+    (Setup::InkcachedInkcache, Setup::Inkcached),
+    (Setup::InkcachedInkcache, Setup::Memcached),
+    (Setup::InkcachedInkcache, Setup::XdpEcho),
+];
+
+fn ratio_key(wl: &str, what: &str, a: Setup, b: Setup) -> String {
+    format!("{wl}.{what}.{:?}/{:?}", a, b).to_lowercase()
+}
+
+/// `setup`'s point in interleaved round `round`.
+fn round_point(res: &PaperResults, round: u32, setup: Setup) -> Option<&Point> {
+    res.rounds
+        .iter()
+        .find(|r| r.round == round && r.setup == setup)
+        .map(|r| &r.point)
+        .filter(|p| p.responses > 0)
+}
+
+/// Capacity of `a` against `b` in each interleaved round where both ran (`attributed`: on the
+/// server tasks' own CPU time).
+fn round_ratios(res: &PaperResults, a: Setup, b: Setup, attributed: bool) -> Vec<f64> {
+    let rounds: std::collections::BTreeSet<u32> = res.rounds.iter().map(|r| r.round).collect();
+    let cost = |p: &Point| {
+        if attributed {
+            p.attributed_ns_per_req
+        } else {
+            p.server_ns_per_req
+        }
+    };
+    rounds
+        .into_iter()
+        .filter_map(|r| Some((round_point(res, r, a)?, round_point(res, r, b)?)))
+        .filter(|(pa, pb)| cost(pa) > 0.0 && cost(pb) > 0.0)
+        .map(|(pa, pb)| cost(pb) / cost(pa))
+        .collect()
+}
+
 /// Fills `ratios` and `goals` from the results.
 pub fn derive(res: &mut PaperResults) {
     let mut ratios = std::collections::BTreeMap::new();
-    let pairs = [
-        (Setup::MemcachedInkcache, Setup::Memcached),
-        (Setup::MemcachedInkcache, Setup::XdpEcho),
-        (Setup::Inkcached, Setup::Memcached),
-        (Setup::InkcachedInkcache, Setup::Inkcached),
-        (Setup::InkcachedInkcache, Setup::Memcached),
-        (Setup::InkcachedInkcache, Setup::XdpEcho),
-    ];
+    for (a, b) in PAIRS {
+        for (what, attributed) in [("capacity", false), ("capacity_attributed", true)] {
+            let v = round_ratios(res, a, b, attributed);
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+            if let Some(m) = median(v) {
+                ratios.insert(
+                    ratio_key("target", &format!("{what}_rounds_median"), a, b),
+                    m,
+                );
+                ratios.insert(ratio_key("target", &format!("{what}_rounds_min"), a, b), lo);
+                ratios.insert(ratio_key("target", &format!("{what}_rounds_max"), a, b), hi);
+            }
+        }
+    }
     for wl in res.workloads.iter().map(|w| w.name.clone()) {
-        for (a, b) in pairs {
+        for (a, b) in PAIRS {
             let (Some(pa), Some(pb)) = (max_of(res, &wl, a), max_of(res, &wl, b)) else {
                 continue;
             };
             if pa.responses == 0 || pb.responses == 0 {
                 continue;
             }
-            let key = |what: &str| format!("{wl}.{what}.{:?}/{:?}", a, b).to_lowercase();
+            let key = |what: &str| ratio_key(&wl, what, a, b);
             if pb.throughput > 0.0 {
                 ratios.insert(key("throughput"), pa.throughput / pb.throughput);
             }
@@ -65,6 +116,7 @@ pub fn derive(res: &mut PaperResults) {
     ]
     .iter()
     .filter_map(|(w, s)| max_of(res, w, *s))
+    .chain(res.rounds.iter().map(|r| &r.point))
     .map(Point::cpu_other_share)
     .fold(0.0, f64::max);
     let attributed = other > 0.25;
@@ -82,17 +134,40 @@ pub fn derive(res: &mut PaperResults) {
     } else {
         basis
     };
-    let cap = |wl: &str, pair: &str| {
-        let what = if attributed {
-            "capacity_attributed"
-        } else {
-            "capacity"
-        };
-        g(&format!("{wl}.{what}.{pair}"))
+    let what = if attributed {
+        "capacity_attributed"
+    } else {
+        "capacity"
+    };
+    let cap = |wl: &str, pair: &str| g(&format!("{wl}.{what}.{pair}"));
+    // the target's capacity: the median of the interleaved rounds where there are some
+    let n_rounds = res
+        .rounds
+        .iter()
+        .map(|r| r.round)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let target_cap = |pair: &str| {
+        let m = g(&format!("target.{what}_rounds_median.{pair}"));
+        let (lo, hi) = (
+            g(&format!("target.{what}_rounds_min.{pair}")),
+            g(&format!("target.{what}_rounds_max.{pair}")),
+        );
+        match (m, lo, hi) {
+            (Some(m), Some(lo), Some(hi)) => (
+                Some(m),
+                format!(
+                    "median of {n_rounds} interleaved rounds (range {lo:.2}-{hi:.2}; the main pass \
+                     alone: {}); ",
+                    cap("target", pair).map_or("n/a".into(), |v| format!("{v:.2}"))
+                ),
+            ),
+            _ => (cap("target", pair), String::new()),
+        }
     };
     let tput_x = g("target.throughput.memcachedinkcache/memcached");
-    let cap_x = cap("target", "memcachedinkcache/memcached");
-    let cap_floor = cap("target", "memcachedinkcache/xdpecho");
+    let (cap_x, rounds_x) = target_cap("memcachedinkcache/memcached");
+    let (cap_floor, rounds_floor) = target_cap("memcachedinkcache/xdpecho");
     let tput_floor = g("target.throughput.memcachedinkcache/xdpecho");
     let nt_tput = g("nontarget.throughput.memcachedinkcache/memcached");
     let nt_cap = cap("nontarget", "memcachedinkcache/memcached");
@@ -107,8 +182,8 @@ pub fn derive(res: &mut PaperResults) {
             measured: cap_x,
             met: cap_x.map(|v| v >= 5.0),
             note: format!(
-                "per-core capacity ratio (inverse ratio of server ns/request); {basis}; measured \
-                 closed-loop throughput ratio {} (the client on CPU0 can be the limit)",
+                "per-core capacity ratio (inverse ratio of server ns/request); {rounds_x}{basis}; \
+                 measured closed-loop throughput ratio {} (the client on CPU0 can be the limit)",
                 f(tput_x)
             ),
         },
@@ -118,7 +193,8 @@ pub fn derive(res: &mut PaperResults) {
             measured: cap_floor,
             met: cap_floor.map(|v| v >= 0.8),
             note: format!(
-                "per-core capacity ratio inkcache/echo; {basis}; throughput ratio {}",
+                "per-core capacity ratio inkcache/echo; {rounds_floor}{basis}; throughput ratio \
+                 {}",
                 f(tput_floor)
             ),
         },
@@ -151,6 +227,89 @@ fn num(v: f64) -> String {
 
 fn pct(v: f64) -> String {
     format!("{:.2}%", v * 100.0)
+}
+
+/// The interleaved rounds (`--rounds`): each configuration's server ns/request and the kernel
+/// cache's capacity ratios, per round and their median.
+fn rounds_table(s: &mut String, res: &PaperResults) {
+    if res.rounds.is_empty() && res.rounds_error.is_none() {
+        return;
+    }
+    let _ = writeln!(s, "## Capacity in interleaved rounds (`target`)\n");
+    let _ = writeln!(
+        s,
+        "Every configuration set up at once, then each measured in turn ({:.0} s closed loop \
+         after 1 s of warm-up; the others' servers stopped meanwhile), the order rotated each \
+         round: a round's ratios are taken minutes closer together than the main pass's. Server \
+         ns/request on CPU1, then the capacity ratios (the inverse ratio of those costs).\n",
+        res.meta.timing.round_s
+    );
+    if let Some(e) = &res.rounds_error {
+        let _ = writeln!(s, "**The rounds failed:** {}\n", e.replace('|', "/"));
+    }
+    let setups: Vec<Setup> = res
+        .workloads
+        .iter()
+        .find(|w| w.name == "target")
+        .map(|w| w.setups.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&st| res.rounds.iter().any(|r| r.setup == st))
+        .collect();
+    let pairs: Vec<(Setup, Setup)> = PAIRS
+        .into_iter()
+        .filter(|(a, b)| setups.contains(a) && setups.contains(b))
+        .collect();
+    if setups.is_empty() {
+        return;
+    }
+    let mut head = "| round |".to_string();
+    let mut rule = "|---|".to_string();
+    for st in &setups {
+        let _ = write!(head, " {} |", st.label());
+        rule.push_str("---:|");
+    }
+    for (a, b) in &pairs {
+        let _ = write!(head, " {} / {} |", a.label(), b.label());
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    let rounds: std::collections::BTreeSet<u32> = res.rounds.iter().map(|r| r.round).collect();
+    for &r in &rounds {
+        let mut line = format!("| {r} |");
+        for &st in &setups {
+            let c = round_point(res, r, st).map_or("-".into(), |p| num(p.server_ns_per_req));
+            let _ = write!(line, " {c} |");
+        }
+        for &(a, b) in &pairs {
+            let v = match (round_point(res, r, a), round_point(res, r, b)) {
+                (Some(pa), Some(pb)) if pa.server_ns_per_req > 0.0 => {
+                    format!("{:.3}", pb.server_ns_per_req / pa.server_ns_per_req)
+                }
+                _ => "-".into(),
+            };
+            let _ = write!(line, " {v} |");
+        }
+        let _ = writeln!(s, "{line}");
+    }
+    let mut line = "| median |".to_string();
+    for &st in &setups {
+        let v: Vec<f64> = rounds
+            .iter()
+            .filter_map(|&r| round_point(res, r, st))
+            .map(|p| p.server_ns_per_req)
+            .collect();
+        let _ = write!(line, " {} |", median(v).map_or("-".into(), num));
+    }
+    for &(a, b) in &pairs {
+        let m = median(round_ratios(res, a, b, false));
+        let _ = write!(
+            line,
+            " **{}** |",
+            m.map_or("-".into(), |v| format!("{v:.3}"))
+        );
+    }
+    let _ = writeln!(s, "{line}\n");
 }
 
 /// The markdown report.
@@ -251,6 +410,7 @@ pub fn markdown(res: &PaperResults) -> String {
         }
         let _ = writeln!(s);
     }
+    rounds_table(&mut s, res);
     let _ = writeln!(s, "## Ratios\n");
     let _ = writeln!(
         s,

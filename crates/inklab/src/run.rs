@@ -41,6 +41,17 @@ pub(crate) fn touch_all(server: SocketAddr, keys: u64, key_size: usize) -> Resul
     Ok(())
 }
 
+/// Why `setup` cannot run (a binary it needs was not found), if so.
+pub(crate) fn missing(opts: &PaperOpts, setup: Setup) -> Option<&'static str> {
+    if setup.with_inkcache() && opts.inkcache.is_none() {
+        Some("inkcache binary not found (build it: cargo build --release -p inkcache)")
+    } else if setup.server() == Some(ServerKind::Inkcached) && opts.inkcached.is_none() {
+        Some("inkcached binary not found")
+    } else {
+        None
+    }
+}
+
 /// Sets up `setup`, warms it, and measures max throughput, latency at the workload's fixed rate
 /// (set from the first setup's max throughput) and, where XDP answers, per-program cost.
 pub(crate) fn run_setup(
@@ -51,13 +62,8 @@ pub(crate) fn run_setup(
     rate: &mut Option<f64>,
 ) -> Result<SetupResult> {
     let mut r = SetupResult::empty(wl, setup);
-    if setup.with_inkcache() && opts.inkcache.is_none() {
-        r.skipped =
-            Some("inkcache binary not found (build it: cargo build --release -p inkcache)".into());
-        return Ok(r);
-    }
-    if setup.server() == Some(ServerKind::Inkcached) && opts.inkcached.is_none() {
-        r.skipped = Some("inkcached binary not found".into());
+    if let Some(why) = missing(opts, setup) {
+        r.skipped = Some(why.into());
         return Ok(r);
     }
     let rig = Rig::new(opts, setup)?;

@@ -1,6 +1,8 @@
 //! `inklab paper --quick` end to end: it sets up its own network namespaces, XDP
 //! programs and CPU pinning, so it needs root and 2 CPUs (as CI has). It checks that the run
 //! completes and that results.json, results.md and the plots are well-formed; never a speed.
+//! It also runs two interleaved capacity rounds (`--rounds 2`) and checks that the goals are
+//! derived from their median (with costs set by the test, through `--from-json`).
 
 use std::process::Command;
 
@@ -10,7 +12,7 @@ use serde_json::Value;
 fn paper_quick_completes_with_wellformed_results() {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = Command::new(env!("CARGO_BIN_EXE_inklab"))
-        .args(["paper", "--quick", "--out"])
+        .args(["paper", "--quick", "--rounds", "2", "--out"])
         .arg(dir.path())
         .output()
         .expect("running inklab");
@@ -139,6 +141,7 @@ fn paper_quick_completes_with_wellformed_results() {
         md.contains("| configuration |") && md.contains("## Goals"),
         "{md}"
     );
+    rounds_measured_and_derived(&v, dir.path());
     for svg in ["throughput.svg", "cpu_per_request.svg", "latency.svg"] {
         let s = std::fs::read_to_string(dir.path().join(svg)).expect(svg);
         assert!(s.contains("<svg"), "{svg} is not an SVG");
@@ -149,4 +152,125 @@ fn r_has_offered_rate(r: &Value) -> bool {
     r["latency"]["offered_rate"]
         .as_f64()
         .is_some_and(|x| x > 0.0)
+}
+
+/// Every configuration of `target` that ran in the main pass ran once in each of the two rounds,
+/// with the kernel cache missing nothing (its servers were stopped between their turns, and
+/// nothing they had learnt was lost); then the goals follow the rounds' median ratios.
+fn rounds_measured_and_derived(v: &Value, dir: &std::path::Path) {
+    assert!(v["rounds_error"].is_null(), "rounds: {}", v["rounds_error"]);
+    assert_eq!(v["meta"]["rounds"], 2);
+    let rounds = v["rounds"].as_array().expect("rounds array");
+    let ran: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["workload"] == "target" && r["max"].is_object())
+        .map(|r| r["setup"].as_str().unwrap())
+        .collect();
+    assert!(
+        ran.contains(&"xdp_echo") && ran.contains(&"memcached"),
+        "{ran:?}"
+    );
+    assert_eq!(
+        rounds.len(),
+        2 * ran.len(),
+        "one point per configuration and round"
+    );
+    for round in 1..=2u64 {
+        for setup in &ran {
+            let p = rounds
+                .iter()
+                .find(|r| r["round"] == round && r["setup"] == *setup)
+                .unwrap_or_else(|| panic!("round {round} has no {setup}"));
+            let pt = &p["point"];
+            assert!(
+                pt["responses"].as_u64().unwrap() > 0,
+                "round {round} {setup}: no answers"
+            );
+            assert!(
+                pt["server_ns_per_req"].as_f64().unwrap() > 0.0,
+                "{round} {setup}"
+            );
+            if setup.ends_with("inkcache") {
+                assert_eq!(
+                    pt["kernel"]["misses"].as_u64(),
+                    Some(0),
+                    "round {round} {setup}: the kernel cache missed"
+                );
+            }
+        }
+    }
+    let md = std::fs::read_to_string(dir.join("results.md")).unwrap();
+    assert!(md.contains("## Capacity in interleaved rounds"), "{md}");
+    if !ran.contains(&"memcached_inkcache") {
+        testkit::skip("target/memcached_inkcache did not run: no rounds to derive goals from");
+        return;
+    }
+
+    // Costs chosen here: memcached+inkcache at 0.8 and 1.0 of the echo floor, 4x and 8x
+    // memcached: the medians are 0.9 and 6.
+    let mut doctored = v.clone();
+    let cost = |round: u64, setup: &str| match (round, setup) {
+        (1, "xdp_echo") | (2, "xdp_echo") | (2, "memcached_inkcache") => 1000.0,
+        (1, "memcached_inkcache") => 1250.0,
+        (1, "memcached") => 5000.0,
+        (2, "memcached") => 8000.0,
+        _ => 3000.0,
+    };
+    for r in doctored["rounds"].as_array_mut().unwrap() {
+        let c = cost(r["round"].as_u64().unwrap(), r["setup"].as_str().unwrap());
+        r["point"]["server_ns_per_req"] = c.into();
+        r["point"]["attributed_ns_per_req"] = c.into();
+    }
+    let json = dir.join("doctored.json");
+    std::fs::write(&json, serde_json::to_string(&doctored).unwrap()).unwrap();
+    let out2 = dir.join("rederived");
+    let o = Command::new(env!("CARGO_BIN_EXE_inklab"))
+        .args(["paper", "--from-json"])
+        .arg(&json)
+        .arg("--out")
+        .arg(&out2)
+        .output()
+        .expect("running inklab --from-json");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w: Value =
+        serde_json::from_str(&std::fs::read_to_string(out2.join("results.json")).unwrap()).unwrap();
+    let close = |x: &Value, want: f64| x.as_f64().is_some_and(|x| (x - want).abs() < 1e-9);
+    let ratio = |k: &str| &w["ratios"][k];
+    assert!(close(
+        ratio("target.capacity_rounds_median.memcachedinkcache/xdpecho"),
+        0.9
+    ));
+    assert!(close(
+        ratio("target.capacity_rounds_min.memcachedinkcache/xdpecho"),
+        0.8
+    ));
+    assert!(close(
+        ratio("target.capacity_rounds_max.memcachedinkcache/xdpecho"),
+        1.0
+    ));
+    assert!(close(
+        ratio("target.capacity_rounds_median.memcachedinkcache/memcached"),
+        6.0
+    ));
+    let goals = w["goals"].as_array().unwrap();
+    let goal = |what: &str| {
+        goals
+            .iter()
+            .find(|g| g["goal"].as_str().unwrap().contains(what))
+            .unwrap_or_else(|| panic!("no goal {what}"))
+    };
+    let x = goal("memcached's requests");
+    assert!(close(&x["measured"], 6.0), "{x}");
+    assert!(
+        x["note"]
+            .as_str()
+            .unwrap()
+            .contains("median of 2 interleaved rounds"),
+        "{x}"
+    );
+    let floor = goal("echo floor");
+    assert!(close(&floor["measured"], 0.9), "{floor}");
+    assert_eq!(floor["met"], true, "{floor}");
 }
