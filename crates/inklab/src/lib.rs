@@ -83,6 +83,11 @@ pub struct PaperOpts {
     /// use the median of the rounds' ratios.
     #[serde(default)]
     pub rounds: u32,
+    /// The key space of every workload (None: 100,000, or 10,000 with `quick`). Not a paper run
+    /// unless the default: a smaller one shows what the costs are with every key's lines in the
+    /// caches.
+    #[serde(default)]
+    pub keys: Option<u64>,
 }
 
 impl PaperOpts {
@@ -104,6 +109,7 @@ impl PaperOpts {
             stop_stage: 0,
             server_awake: false,
             rounds: 0,
+            keys: None,
         }
     }
 }
@@ -192,9 +198,9 @@ impl Workload {
     }
 }
 
-/// The workloads of the paper scenario.
-pub fn workloads(quick: bool) -> Vec<Workload> {
-    let keys = if quick { 10_000 } else { 100_000 };
+/// The workloads of the paper scenario over `keys` keys (None: 100,000, or 10,000 when quick).
+pub fn workloads(quick: bool, keys: Option<u64>) -> Vec<Workload> {
+    let keys = keys.unwrap_or(if quick { 10_000 } else { 100_000 });
     let all = vec![
         Setup::Memcached,
         Setup::MemcachedInkcache,
@@ -459,7 +465,7 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
     // The client side runs on CPU0: this thread and every thread and process it starts.
     pin_self(CLIENT_CPU)?;
     let timing = Timing::new(opts.quick);
-    let wls = workloads(opts.quick);
+    let wls = workloads(opts.quick, opts.keys);
     let mut results = Vec::new();
     let mut rates = BTreeMap::new();
     let mut memcaslap = Vec::new();
@@ -526,7 +532,13 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
                 "inklab: {} / {} interleaved rounds ...",
                 wl.name, opts.rounds
             );
-            match rounds::capacity_rounds(opts, &timing, wl, opts.rounds) {
+            let max: Vec<(Setup, f64)> = results
+                .iter()
+                .filter(|r: &&SetupResult| r.workload == wl.name)
+                .filter_map(|r| Some((r.setup, r.max.as_ref()?.throughput)))
+                .collect();
+            let rate = rounds::equal_rate(&max);
+            match rounds::capacity_rounds(opts, &timing, wl, opts.rounds, rate) {
                 Ok(p) => rounds = p,
                 Err(e) => {
                     eprintln!("inklab: interleaved rounds failed: {e:#}");

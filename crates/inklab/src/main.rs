@@ -65,6 +65,10 @@ struct PaperArgs {
     /// goals then use the median of the rounds' ratios (0: none).
     #[arg(long, default_value_t = defaults().rounds)]
     rounds: u32,
+    /// The key space of every workload [default: 100000, or 10000 with --quick]. Another count
+    /// is not a paper run: a small one shows the costs with every key's lines in the caches.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    keys: Option<u64>,
     /// Run nothing: re-derive ratios and goals from this results.json and rewrite the report
     /// and plots into --out.
     #[arg(long)]
@@ -90,6 +94,7 @@ fn cmd_paper(a: &PaperArgs) -> Result<()> {
     o.stop_stage = a.stop_stage;
     o.server_awake = a.server_awake;
     o.rounds = a.rounds;
+    o.keys = a.keys;
     let res = match &a.from_json {
         Some(f) => inklab::rewrite(f, &o.out)?,
         None => inklab::paper(&o)?,

@@ -29,18 +29,28 @@ fn ratio_key(wl: &str, what: &str, a: Setup, b: Setup) -> String {
     format!("{wl}.{what}.{:?}/{:?}", a, b).to_lowercase()
 }
 
+/// Which run of a round: the closed loop, or the open loop at the equal rate.
+#[derive(Clone, Copy, PartialEq)]
+enum Run {
+    Max,
+    AtRate,
+}
+
 /// `setup`'s point in interleaved round `round`.
-fn round_point(res: &PaperResults, round: u32, setup: Setup) -> Option<&Point> {
+fn round_point(res: &PaperResults, round: u32, setup: Setup, run: Run) -> Option<&Point> {
     res.rounds
         .iter()
         .find(|r| r.round == round && r.setup == setup)
-        .map(|r| &r.point)
+        .and_then(|r| match run {
+            Run::Max => Some(&r.point),
+            Run::AtRate => r.at_rate.as_ref(),
+        })
         .filter(|p| p.responses > 0)
 }
 
 /// Capacity of `a` against `b` in each interleaved round where both ran (`attributed`: on the
 /// server tasks' own CPU time).
-fn round_ratios(res: &PaperResults, a: Setup, b: Setup, attributed: bool) -> Vec<f64> {
+fn round_ratios(res: &PaperResults, a: Setup, b: Setup, attributed: bool, run: Run) -> Vec<f64> {
     let rounds: std::collections::BTreeSet<u32> = res.rounds.iter().map(|r| r.round).collect();
     let cost = |p: &Point| {
         if attributed {
@@ -51,7 +61,7 @@ fn round_ratios(res: &PaperResults, a: Setup, b: Setup, attributed: bool) -> Vec
     };
     rounds
         .into_iter()
-        .filter_map(|r| Some((round_point(res, r, a)?, round_point(res, r, b)?)))
+        .filter_map(|r| Some((round_point(res, r, a, run)?, round_point(res, r, b, run)?)))
         .filter(|(pa, pb)| cost(pa) > 0.0 && cost(pb) > 0.0)
         .map(|(pa, pb)| cost(pb) / cost(pa))
         .collect()
@@ -60,9 +70,15 @@ fn round_ratios(res: &PaperResults, a: Setup, b: Setup, attributed: bool) -> Vec
 /// Fills `ratios` and `goals` from the results.
 pub fn derive(res: &mut PaperResults) {
     let mut ratios = std::collections::BTreeMap::new();
+    let kinds = [
+        ("capacity", false, Run::Max),
+        ("capacity_attributed", true, Run::Max),
+        ("capacity_equal_rate", false, Run::AtRate),
+        ("capacity_attributed_equal_rate", true, Run::AtRate),
+    ];
     for (a, b) in PAIRS {
-        for (what, attributed) in [("capacity", false), ("capacity_attributed", true)] {
-            let v = round_ratios(res, a, b, attributed);
+        for (what, attributed, run) in kinds {
+            let v = round_ratios(res, a, b, attributed, run);
             let (lo, hi) = v
                 .iter()
                 .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
@@ -168,6 +184,12 @@ pub fn derive(res: &mut PaperResults) {
     let tput_x = g("target.throughput.memcachedinkcache/memcached");
     let (cap_x, rounds_x) = target_cap("memcachedinkcache/memcached");
     let (cap_floor, rounds_floor) = target_cap("memcachedinkcache/xdpecho");
+    let equal_floor = g(&format!(
+        "target.{what}_equal_rate_rounds_median.memcachedinkcache/xdpecho"
+    ))
+    .map_or(String::new(), |v| {
+        format!("; at one rate for both (rounds' open-loop runs), the median is {v:.2}")
+    });
     let tput_floor = g("target.throughput.memcachedinkcache/xdpecho");
     let nt_tput = g("nontarget.throughput.memcachedinkcache/memcached");
     let nt_cap = cap("nontarget", "memcachedinkcache/memcached");
@@ -194,7 +216,7 @@ pub fn derive(res: &mut PaperResults) {
             met: cap_floor.map(|v| v >= 0.8),
             note: format!(
                 "per-core capacity ratio inkcache/echo; {rounds_floor}{basis}; throughput ratio \
-                 {}",
+                 {}{equal_floor}",
                 f(tput_floor)
             ),
         },
@@ -230,7 +252,7 @@ fn pct(v: f64) -> String {
 }
 
 /// The interleaved rounds (`--rounds`): each configuration's server ns/request and the kernel
-/// cache's capacity ratios, per round and their median.
+/// cache's capacity ratios, per round and their median; closed loop, then at the equal rate.
 fn rounds_table(s: &mut String, res: &PaperResults) {
     if res.rounds.is_empty() && res.rounds_error.is_none() {
         return;
@@ -247,6 +269,28 @@ fn rounds_table(s: &mut String, res: &PaperResults) {
     if let Some(e) = &res.rounds_error {
         let _ = writeln!(s, "**The rounds failed:** {}\n", e.replace('|', "/"));
     }
+    rounds_run_table(s, res, Run::Max);
+    let rate = res
+        .rounds
+        .iter()
+        .find_map(|r| r.at_rate.as_ref()?.offered_rate);
+    if let Some(rate) = rate {
+        let _ = writeln!(
+            s,
+            "The same rounds' configurations answered in XDP, each also run open loop for {:.0} s \
+             at {rate:.0} req/s (0.9 of the slowest one's closed-loop throughput in the main \
+             pass). The closed loop runs the echo faster than the kernel cache (its replies cost \
+             the client less), so its core wakes for larger batches and pays less per request \
+             for that alone; at one rate, the costs compare at the same batching.\n",
+            res.meta.timing.round_s
+        );
+        rounds_run_table(s, res, Run::AtRate);
+    }
+}
+
+/// One table of [`rounds_table`]: the configurations that have `run` in some round.
+fn rounds_run_table(s: &mut String, res: &PaperResults, run: Run) {
+    let rounds: std::collections::BTreeSet<u32> = res.rounds.iter().map(|r| r.round).collect();
     let setups: Vec<Setup> = res
         .workloads
         .iter()
@@ -254,7 +298,11 @@ fn rounds_table(s: &mut String, res: &PaperResults) {
         .map(|w| w.setups.clone())
         .unwrap_or_default()
         .into_iter()
-        .filter(|&st| res.rounds.iter().any(|r| r.setup == st))
+        .filter(|&st| {
+            rounds
+                .iter()
+                .any(|&r| round_point(res, r, st, run).is_some())
+        })
         .collect();
     let pairs: Vec<(Setup, Setup)> = PAIRS
         .into_iter()
@@ -274,15 +322,14 @@ fn rounds_table(s: &mut String, res: &PaperResults) {
         rule.push_str("---:|");
     }
     let _ = writeln!(s, "{head}\n{rule}");
-    let rounds: std::collections::BTreeSet<u32> = res.rounds.iter().map(|r| r.round).collect();
     for &r in &rounds {
         let mut line = format!("| {r} |");
         for &st in &setups {
-            let c = round_point(res, r, st).map_or("-".into(), |p| num(p.server_ns_per_req));
+            let c = round_point(res, r, st, run).map_or("-".into(), |p| num(p.server_ns_per_req));
             let _ = write!(line, " {c} |");
         }
         for &(a, b) in &pairs {
-            let v = match (round_point(res, r, a), round_point(res, r, b)) {
+            let v = match (round_point(res, r, a, run), round_point(res, r, b, run)) {
                 (Some(pa), Some(pb)) if pa.server_ns_per_req > 0.0 => {
                     format!("{:.3}", pb.server_ns_per_req / pa.server_ns_per_req)
                 }
@@ -296,13 +343,13 @@ fn rounds_table(s: &mut String, res: &PaperResults) {
     for &st in &setups {
         let v: Vec<f64> = rounds
             .iter()
-            .filter_map(|&r| round_point(res, r, st))
+            .filter_map(|&r| round_point(res, r, st, run))
             .map(|p| p.server_ns_per_req)
             .collect();
         let _ = write!(line, " {} |", median(v).map_or("-".into(), num));
     }
     for &(a, b) in &pairs {
-        let m = median(round_ratios(res, a, b, false));
+        let m = median(round_ratios(res, a, b, false, run));
         let _ = write!(
             line,
             " **{}** |",
@@ -328,6 +375,14 @@ pub fn markdown(res: &PaperResults) -> String {
              `--debug-stop-stage {}` (XDP passes every get after that stage of the hit), so \
              only its per-program cost means anything (docs/results/hitcost.md).\n",
             m.stop_stage
+        );
+    }
+    let default_keys = if m.quick { 10_000 } else { 100_000 };
+    if let Some(w) = res.workloads.iter().find(|w| w.keys != default_keys) {
+        let _ = writeln!(
+            s,
+            "**Not a paper run**: the workloads ran over {} keys (`--keys`), not {default_keys}.\n",
+            w.keys
         );
     }
     let _ = writeln!(

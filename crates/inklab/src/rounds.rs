@@ -9,6 +9,14 @@
 //! While one configuration is measured, the others' server processes are stopped (SIGSTOP): their
 //! timers and background threads cannot run on the server CPU and count as the measured one's.
 //! With `--server-awake`, one busy loop serves every configuration in turn.
+//!
+//! The closed loop runs each configuration as fast as the one client can: the echo's replies are
+//! the requests themselves, cheaper for the client than a value's, so the echo runs at a higher
+//! rate, the server core wakes for larger batches, and its cost per request is lower for that
+//! alone (the main pass's echo cost 2,411 ns per request at 57,000 requests/s and 1,182 at
+//! 200,000). So each configuration answered in XDP (the echo and the kernel cache) is also run in
+//! each round open loop at one rate for all ([`equal_rate`]: 0.9 of the slowest one's closed-loop
+//! throughput in the main pass): their costs are then compared at the same batching.
 
 use std::time::Duration;
 
@@ -28,6 +36,29 @@ pub struct RoundPoint {
     pub setup: Setup,
     pub label: String,
     pub point: Point,
+    /// The same configuration open loop at the rounds' equal rate (configurations answered in
+    /// XDP only).
+    #[serde(default)]
+    pub at_rate: Option<Point>,
+}
+
+/// Whether `setup`'s answers all come from XDP (the echo, or the kernel cache on `target`).
+pub(crate) fn answered_in_xdp(setup: Setup) -> bool {
+    matches!(
+        setup,
+        Setup::XdpEcho | Setup::MemcachedInkcache | Setup::InkcachedInkcache
+    )
+}
+
+/// The open-loop rate of the rounds' equal-rate runs: 0.9 of the lowest closed-loop throughput
+/// among the configurations answered in XDP, from `max` (each configuration's main-pass
+/// throughput), rounded down to a thousand. None if none of them ran.
+pub(crate) fn equal_rate(max: &[(Setup, f64)]) -> Option<f64> {
+    max.iter()
+        .filter(|(s, t)| answered_in_xdp(*s) && *t > 0.0)
+        .map(|(_, t)| *t)
+        .min_by(f64::total_cmp)
+        .map(|t| ((t * 0.9 / 1000.0).floor() * 1000.0).max(1000.0))
 }
 
 /// Warm-up of a configuration before each of its rounds (its server was stopped meanwhile, and
@@ -66,12 +97,14 @@ pub(crate) fn order(n: usize, round: u32) -> Vec<usize> {
 }
 
 /// Sets up every configuration of `wl` that can run, warms each, and measures each in turn for
-/// `timing.round_s`, `rounds` times over.
+/// `timing.round_s` closed loop (and, with `rate`, open loop at that rate if it is answered in
+/// XDP), `rounds` times over.
 pub(crate) fn capacity_rounds(
     opts: &PaperOpts,
     timing: &Timing,
     wl: &Workload,
     rounds: u32,
+    rate: Option<f64>,
 ) -> Result<Vec<RoundPoint>> {
     let mut rigs = Rigs(Vec::new());
     let cfg = wl.run_config(opts.inflight);
@@ -104,21 +137,36 @@ pub(crate) fn capacity_rounds(
                 c.duration = ROUND_WARM;
                 rig.load(&c).context("warm-up")?;
                 c.duration = Duration::from_secs_f64(timing.round_s);
-                rig.measure(&c)
+                let max = rig.measure(&c)?;
+                let at_rate = match rate {
+                    Some(r) if answered_in_xdp(*setup) => {
+                        c.rate = Some(r);
+                        Some(rig.measure(&c).context("the equal-rate run")?)
+                    }
+                    _ => None,
+                };
+                Ok::<_, anyhow::Error>((max, at_rate))
             })();
             spinner = rig.spinner.take();
             pause(rig, true)?;
-            let point = r.with_context(|| format!("round {round}, {}", setup.label()))?;
+            let (point, at_rate) =
+                r.with_context(|| format!("round {round}, {}", setup.label()))?;
             eprintln!(
-                "  round {round} {}: {:.0} ns/req on CPU{SERVER_CPU}",
+                "  round {round} {}: {:.0} ns/req on CPU{SERVER_CPU}{}",
                 setup.label(),
-                point.server_ns_per_req
+                point.server_ns_per_req,
+                at_rate.as_ref().map_or(String::new(), |p| format!(
+                    "; {:.0} at {:.0} req/s",
+                    p.server_ns_per_req,
+                    p.offered_rate.unwrap_or(0.0)
+                ))
             );
             points.push(RoundPoint {
                 round,
                 setup: *setup,
                 label: setup.label().into(),
                 point,
+                at_rate,
             });
         }
     }
@@ -160,6 +208,22 @@ mod tests {
             "every configuration is first once in 5 rounds"
         );
         assert!(order(0, 3).is_empty());
+    }
+
+    #[test]
+    fn equal_rate_is_below_the_slowest_xdp_configuration() {
+        let max = [
+            (Setup::Memcached, 115_000.0),
+            (Setup::MemcachedInkcache, 176_883.0),
+            (Setup::XdpEcho, 199_852.0),
+            (Setup::Inkcached, 122_524.0),
+            (Setup::InkcachedInkcache, 220_086.0),
+        ];
+        // 0.9 of memcached+inkcache's 176,883, down to a thousand; the servers alone don't count
+        assert_eq!(equal_rate(&max), Some(159_000.0));
+        assert_eq!(equal_rate(&max[..1]), None);
+        assert_eq!(equal_rate(&[(Setup::XdpEcho, 0.0)]), None);
+        assert_eq!(equal_rate(&[(Setup::XdpEcho, 500.0)]), Some(1000.0));
     }
 
     #[test]
