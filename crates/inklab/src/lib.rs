@@ -532,13 +532,7 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
                 "inklab: {} / {} interleaved rounds ...",
                 wl.name, opts.rounds
             );
-            let max: Vec<(Setup, f64)> = results
-                .iter()
-                .filter(|r: &&SetupResult| r.workload == wl.name)
-                .filter_map(|r| Some((r.setup, r.max.as_ref()?.throughput)))
-                .collect();
-            let rate = rounds::equal_rate(&max);
-            match rounds::capacity_rounds(opts, &timing, wl, opts.rounds, rate) {
+            match rounds::capacity_rounds(opts, &timing, wl, opts.rounds) {
                 Ok(p) => rounds = p,
                 Err(e) => {
                     eprintln!("inklab: interleaved rounds failed: {e:#}");
@@ -655,4 +649,24 @@ pub fn rewrite(json: &Path, out: &Path) -> Result<PaperResults> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     write_outputs(&res, out)?;
     Ok(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_override_every_workloads_key_space() {
+        for quick in [false, true] {
+            let default = if quick { 10_000 } else { 100_000 };
+            assert!(workloads(quick, None).iter().all(|w| w.keys == default));
+            let wls = workloads(quick, Some(1_000));
+            assert!(wls.iter().all(|w| w.keys == 1_000), "{wls:?}");
+            assert!(
+                wls[0].description.contains("1000 keys"),
+                "{}",
+                wls[0].description
+            );
+        }
+    }
 }

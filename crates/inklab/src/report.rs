@@ -277,11 +277,11 @@ fn rounds_table(s: &mut String, res: &PaperResults) {
     if let Some(rate) = rate {
         let _ = writeln!(
             s,
-            "The same rounds' configurations answered in XDP, each also run open loop for {:.0} s \
-             at {rate:.0} req/s (0.9 of the slowest one's closed-loop throughput in the main \
-             pass). The closed loop runs the echo faster than the kernel cache (its replies cost \
-             the client less), so its core wakes for larger batches and pays less per request \
-             for that alone; at one rate, the costs compare at the same batching.\n",
+            "Then the configurations answered in XDP, as many rounds again, each run open loop \
+             for {:.0} s at {rate:.0} req/s (0.9 of the slowest one's median closed-loop \
+             throughput above). The closed loop runs the echo faster than the kernel cache (its \
+             replies cost the client less), so its core wakes for larger batches; at one rate, \
+             the costs compare at the same load.\n",
             res.meta.timing.round_s
         );
         rounds_run_table(s, res, Run::AtRate);
