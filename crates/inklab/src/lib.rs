@@ -14,7 +14,8 @@
 //!
 //! Files: this one (options, workloads, results, [`paper`]), `topology.rs` (namespaces, XDP,
 //! pinning, servers, the kernel cache: one configuration set up and measured), `run.rs` (a
-//! configuration from warm-up to profile; memcaslap), `cost.rs` (server CPU and eBPF program
+//! configuration from warm-up to profile; memcaslap), `rounds.rs` (`--rounds`: the target's
+//! configurations measured in interleaved rounds), `cost.rs` (server CPU and eBPF program
 //! cost), [`xdp`] (the echo floor and pass programs of `bpf/lab/`, built by this crate),
 //! `report.rs` (ratios, goals, markdown), `plots.rs` (SVG). The load is inkbench's, run as a
 //! library; the kernel cache is attached with the `inkcache` CLI and its counters read through
