@@ -402,7 +402,8 @@ pub struct PaperResults {
     /// The target workload's interleaved capacity rounds (`--rounds`), in the order measured.
     #[serde(default)]
     pub rounds: Vec<RoundPoint>,
-    /// Why the rounds stopped, if they failed (the main pass's results stand).
+    /// Why the rounds stopped, if they failed (the main pass's results stand, and the rounds'
+    /// points measured before the failure are kept).
     #[serde(default)]
     pub rounds_error: Option<String>,
 }
@@ -533,12 +534,9 @@ pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
                 "inklab: {} / {} interleaved rounds ...",
                 wl.name, opts.rounds
             );
-            match rounds::capacity_rounds(opts, &timing, wl, opts.rounds) {
-                Ok(p) => rounds = p,
-                Err(e) => {
-                    eprintln!("inklab: interleaved rounds failed: {e:#}");
-                    rounds_error = Some(format!("{e:#}"));
-                }
+            if let Err(e) = rounds::capacity_rounds(opts, &timing, wl, opts.rounds, &mut rounds) {
+                eprintln!("inklab: interleaved rounds failed: {e:#}");
+                rounds_error = Some(format!("{e:#}"));
             }
         }
     }

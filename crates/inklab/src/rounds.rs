@@ -13,11 +13,12 @@
 //! The closed loop runs each configuration as fast as the one client can: the echo's replies are
 //! the requests themselves, cheaper for the client than a value's, so the echo runs at a higher
 //! rate, and its core wakes for larger batches. Whether that alone lowers its cost per request
-//! (the main pass's echo cost 2,411 ns per request at 57,000 requests/s and 1,182 at 200,000) is
+//! (in one run the echo cost 2,411 ns per request at 57,000 requests/s and 1,182 at 200,000) is
 //! measured too: after the closed-loop rounds, the configurations answered in XDP (the echo and
 //! the kernel cache) run as many rounds again open loop, at one rate for all ([`equal_rate`]: 0.9
 //! of the slowest one's median closed-loop throughput in the rounds), and their costs compare at
-//! the same rate.
+//! the same rate. (On the Intel VM that moved the kernel cache's median ratio to the echo by
+//! 0.01-0.06: hitcost.md, eighteenth run.)
 
 use std::time::Duration;
 
@@ -108,20 +109,22 @@ impl Drop for Rigs {
 }
 
 /// The order of the configurations in round `round` (1-based): rotated by one each round, so that
-/// none is always measured first or right after the same one.
+/// none is always measured first (each still follows the same one, one round in n aside).
 pub(crate) fn order(n: usize, round: u32) -> Vec<usize> {
     (0..n).map(|i| (i + round as usize - 1) % n).collect()
 }
 
 /// Sets up every configuration of `wl` that can run, warms each, and measures each in turn for
 /// `timing.round_s` closed loop, `rounds` times over; then those answered in XDP as many times
-/// again open loop at their [`equal_rate`].
+/// again open loop at their [`equal_rate`]. Appends each point to `points` as it is measured, so
+/// that an error keeps what was measured before it.
 pub(crate) fn capacity_rounds(
     opts: &PaperOpts,
     timing: &Timing,
     wl: &Workload,
     rounds: u32,
-) -> Result<Vec<RoundPoint>> {
+    points: &mut Vec<RoundPoint>,
+) -> Result<()> {
     let mut rigs = Rigs(Vec::new());
     let cfg = wl.run_config(opts.inflight);
     for &setup in &wl.setups {
@@ -168,7 +171,6 @@ pub(crate) fn capacity_rounds(
         );
         Ok(p)
     };
-    let mut points = Vec::new();
     for round in 1..=rounds {
         eprintln!("inklab: round {round} of {rounds}, closed loop");
         for i in order(setups.len(), round) {
@@ -182,8 +184,8 @@ pub(crate) fn capacity_rounds(
             });
         }
     }
-    let Some(rate) = equal_rate(&points) else {
-        return Ok(points);
+    let Some(rate) = equal_rate(points) else {
+        return Ok(());
     };
     for round in 1..=rounds {
         eprintln!("inklab: round {round} of {rounds}, open loop at {rate:.0} req/s");
@@ -200,7 +202,7 @@ pub(crate) fn capacity_rounds(
             }
         }
     }
-    Ok(points)
+    Ok(())
 }
 
 /// The median of `v` (the mean of the middle two for an even count); None if empty.
