@@ -25,8 +25,13 @@ const PAIRS: [(Setup, Setup); 6] = [
     (Setup::InkcachedInkcache, Setup::XdpEcho),
 ];
 
+/// `a` against `b` as ratio keys name it: `memcachedinkcache/xdpecho`.
+fn pair_name(a: Setup, b: Setup) -> String {
+    format!("{a:?}/{b:?}").to_lowercase()
+}
+
 fn ratio_key(wl: &str, what: &str, a: Setup, b: Setup) -> String {
-    format!("{wl}.{what}.{:?}/{:?}", a, b).to_lowercase()
+    format!("{wl}.{what}.{}", pair_name(a, b))
 }
 
 /// Which run of a round: the closed loop, or the open loop at the equal rate.
@@ -157,24 +162,17 @@ pub fn derive(res: &mut PaperResults) {
     };
     let cap = |wl: &str, pair: &str| g(&format!("{wl}.{what}.{pair}"));
     // the target's capacity: the median of the interleaved rounds where there are some
-    let n_rounds = res
-        .rounds
-        .iter()
-        .map(|r| r.round)
-        .collect::<std::collections::BTreeSet<_>>()
-        .len();
-    let target_cap = |pair: &str| {
-        let m = g(&format!("target.{what}_rounds_median.{pair}"));
-        let (lo, hi) = (
-            g(&format!("target.{what}_rounds_min.{pair}")),
-            g(&format!("target.{what}_rounds_max.{pair}")),
-        );
-        match (m, lo, hi) {
+    let target_cap = |a: Setup, b: Setup| {
+        let pair = &pair_name(a, b);
+        let k = |stat: &str| g(&format!("target.{what}_rounds_{stat}.{pair}"));
+        let n = round_ratios(res, a, b, attributed, Run::Max).len();
+        match (k("median"), k("min"), k("max")) {
             (Some(m), Some(lo), Some(hi)) => (
                 Some(m),
                 format!(
-                    "median of {n_rounds} interleaved rounds (range {lo:.2}-{hi:.2}; the main pass \
+                    "median of {n} interleaved round{} (range {lo:.2}-{hi:.2}; the main pass \
                      alone: {}); ",
+                    if n == 1 { "" } else { "s" },
                     cap("target", pair).map_or("n/a".into(), |v| format!("{v:.2}"))
                 ),
             ),
@@ -182,8 +180,8 @@ pub fn derive(res: &mut PaperResults) {
         }
     };
     let tput_x = g("target.throughput.memcachedinkcache/memcached");
-    let (cap_x, rounds_x) = target_cap("memcachedinkcache/memcached");
-    let (cap_floor, rounds_floor) = target_cap("memcachedinkcache/xdpecho");
+    let (cap_x, rounds_x) = target_cap(Setup::MemcachedInkcache, Setup::Memcached);
+    let (cap_floor, rounds_floor) = target_cap(Setup::MemcachedInkcache, Setup::XdpEcho);
     let equal_floor = g(&format!(
         "target.{what}_equal_rate_rounds_median.memcachedinkcache/xdpecho"
     ))

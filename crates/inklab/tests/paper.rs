@@ -243,19 +243,7 @@ fn rounds_measured_and_derived(v: &Value, dir: &std::path::Path) {
             r["at_rate"]["attributed_ns_per_req"] = at.into();
         }
     }
-    let json = dir.join("doctored.json");
-    std::fs::write(&json, serde_json::to_string(&doctored).unwrap()).unwrap();
-    let out2 = dir.join("rederived");
-    let o = Command::new(env!("CARGO_BIN_EXE_inklab"))
-        .args(["paper", "--from-json"])
-        .arg(&json)
-        .arg("--out")
-        .arg(&out2)
-        .output()
-        .expect("running inklab --from-json");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let w: Value =
-        serde_json::from_str(&std::fs::read_to_string(out2.join("results.json")).unwrap()).unwrap();
+    let w = rederive(&doctored, dir, "rederived");
     let close = |x: &Value, want: f64| x.as_f64().is_some_and(|x| (x - want).abs() < 1e-9);
     let ratio = |k: &str| &w["ratios"][k];
     assert!(close(
@@ -300,4 +288,49 @@ fn rounds_measured_and_derived(v: &Value, dir: &std::path::Path) {
         note.contains("at one rate for both (rounds' open-loop runs), the median is 0.91"),
         "{floor}"
     );
+
+    // Rounds that stopped early (rounds_error): memcached missing from round 2, so the ratio to it
+    // has one round, and its note says so.
+    let mut partial = doctored.clone();
+    partial["rounds"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|r| !(r["round"] == 2 && r["setup"] == "memcached"));
+    partial["rounds_error"] = "round 2: stopped here by the test".into();
+    let w = rederive(&partial, dir, "partial");
+    let x = w["goals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["goal"].as_str().unwrap().contains("memcached's requests"))
+        .unwrap();
+    assert!(close(&x["measured"], 4.0), "{x}");
+    assert!(
+        x["note"]
+            .as_str()
+            .unwrap()
+            .contains("median of 1 interleaved round "),
+        "{x}"
+    );
+    let md = std::fs::read_to_string(dir.join("partial/results.md")).unwrap();
+    assert!(
+        md.contains("**The rounds failed:** round 2: stopped here"),
+        "{md}"
+    );
+}
+
+/// `inklab paper --from-json` on `v`, into `dir/name`; returns the results.json it wrote.
+fn rederive(v: &Value, dir: &std::path::Path, name: &str) -> Value {
+    let json = dir.join(format!("{name}.json"));
+    std::fs::write(&json, serde_json::to_string(v).unwrap()).unwrap();
+    let out = dir.join(name);
+    let o = Command::new(env!("CARGO_BIN_EXE_inklab"))
+        .args(["paper", "--from-json"])
+        .arg(&json)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("running inklab --from-json");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap()
 }
