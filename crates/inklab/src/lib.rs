@@ -199,9 +199,18 @@ impl Workload {
     }
 }
 
-/// The workloads of the paper scenario over `keys` keys (None: 100,000, or 10,000 when quick).
+/// The key space of a paper run: 100,000 keys, or 10,000 when quick.
+pub fn default_keys(quick: bool) -> u64 {
+    if quick {
+        10_000
+    } else {
+        100_000
+    }
+}
+
+/// The workloads of the paper scenario over `keys` keys (None: [`default_keys`]).
 pub fn workloads(quick: bool, keys: Option<u64>) -> Vec<Workload> {
-    let keys = keys.unwrap_or(if quick { 10_000 } else { 100_000 });
+    let keys = keys.unwrap_or(default_keys(quick));
     let all = vec![
         Setup::Memcached,
         Setup::MemcachedInkcache,

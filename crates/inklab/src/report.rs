@@ -53,10 +53,20 @@ fn round_point(res: &PaperResults, round: u32, setup: Setup, run: Run) -> Option
         .filter(|p| p.responses > 0)
 }
 
-/// Capacity of `a` against `b` in each interleaved round where both ran (`attributed`: on the
-/// server tasks' own CPU time).
-fn round_ratios(res: &PaperResults, a: Setup, b: Setup, attributed: bool, run: Run) -> Vec<f64> {
-    let rounds: std::collections::BTreeSet<u32> = res.rounds.iter().map(|r| r.round).collect();
+/// The rounds measured, in order.
+fn round_numbers(res: &PaperResults) -> std::collections::BTreeSet<u32> {
+    res.rounds.iter().map(|r| r.round).collect()
+}
+
+/// Capacity of `a` against `b` in interleaved round `round`, if both ran in it (`attributed`: on
+/// the server tasks' own CPU time).
+fn round_ratio(
+    res: &PaperResults,
+    round: u32,
+    (a, b): (Setup, Setup),
+    attributed: bool,
+    run: Run,
+) -> Option<f64> {
     let cost = |p: &Point| {
         if attributed {
             p.attributed_ns_per_req
@@ -64,12 +74,28 @@ fn round_ratios(res: &PaperResults, a: Setup, b: Setup, attributed: bool, run: R
             p.server_ns_per_req
         }
     };
-    rounds
+    let (ca, cb) = (
+        cost(round_point(res, round, a, run)?),
+        cost(round_point(res, round, b, run)?),
+    );
+    (ca > 0.0 && cb > 0.0).then(|| cb / ca)
+}
+
+/// [`round_ratio`] in each round where both ran.
+fn round_ratios(res: &PaperResults, a: Setup, b: Setup, attributed: bool, run: Run) -> Vec<f64> {
+    round_numbers(res)
         .into_iter()
-        .filter_map(|r| Some((round_point(res, r, a, run)?, round_point(res, r, b, run)?)))
-        .filter(|(pa, pb)| cost(pa) > 0.0 && cost(pb) > 0.0)
-        .map(|(pa, pb)| cost(pb) / cost(pa))
+        .filter_map(|r| round_ratio(res, r, (a, b), attributed, run))
         .collect()
+}
+
+/// Median, min and max of `v`; None if empty.
+fn spread(v: &[f64]) -> Option<(f64, f64, f64)> {
+    let m = median(v.to_vec())?;
+    let (lo, hi) = v
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+    Some((m, lo, hi))
 }
 
 /// Fills `ratios` and `goals` from the results.
@@ -83,11 +109,7 @@ pub fn derive(res: &mut PaperResults) {
     ];
     for (a, b) in PAIRS {
         for (what, attributed, run) in kinds {
-            let v = round_ratios(res, a, b, attributed, run);
-            let (lo, hi) = v
-                .iter()
-                .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
-            if let Some(m) = median(v) {
+            if let Some((m, lo, hi)) = spread(&round_ratios(res, a, b, attributed, run)) {
                 ratios.insert(
                     ratio_key("target", &format!("{what}_rounds_median"), a, b),
                     m,
@@ -164,10 +186,10 @@ pub fn derive(res: &mut PaperResults) {
     // the target's capacity: the median of the interleaved rounds where there are some
     let target_cap = |a: Setup, b: Setup| {
         let pair = &pair_name(a, b);
-        let k = |stat: &str| g(&format!("target.{what}_rounds_{stat}.{pair}"));
-        let n = round_ratios(res, a, b, attributed, Run::Max).len();
-        match (k("median"), k("min"), k("max")) {
-            (Some(m), Some(lo), Some(hi)) => (
+        let v = round_ratios(res, a, b, attributed, Run::Max);
+        let n = v.len();
+        match spread(&v) {
+            Some((m, lo, hi)) => (
                 Some(m),
                 format!(
                     "median of {n} interleaved round{} (range {lo:.2}-{hi:.2}; the main pass \
@@ -176,14 +198,18 @@ pub fn derive(res: &mut PaperResults) {
                     cap("target", pair).map_or("n/a".into(), |v| format!("{v:.2}"))
                 ),
             ),
-            _ => (cap("target", pair), String::new()),
+            None => (cap("target", pair), String::new()),
         }
     };
     let tput_x = g("target.throughput.memcachedinkcache/memcached");
     let (cap_x, rounds_x) = target_cap(Setup::MemcachedInkcache, Setup::Memcached);
     let (cap_floor, rounds_floor) = target_cap(Setup::MemcachedInkcache, Setup::XdpEcho);
-    let equal_floor = g(&format!(
-        "target.{what}_equal_rate_rounds_median.memcachedinkcache/xdpecho"
+    let equal_floor = median(round_ratios(
+        res,
+        Setup::MemcachedInkcache,
+        Setup::XdpEcho,
+        attributed,
+        Run::AtRate,
     ))
     .map_or(String::new(), |v| {
         format!("; at one rate for both (rounds' open-loop runs), the median is {v:.2}")
@@ -260,7 +286,7 @@ fn rounds_table(s: &mut String, res: &PaperResults) {
         s,
         "Every configuration set up at once, then each measured in turn ({:.0} s closed loop \
          after 1 s of warm-up; the others' servers stopped meanwhile), the order rotated each \
-         round: a round's ratios are taken minutes closer together than the main pass's. Server \
+         round: two configurations' runs start seconds apart, not the main pass's 20-50 s. Server \
          ns/request on CPU1, then the capacity ratios (the inverse ratio of those costs).\n",
         res.meta.timing.round_s
     );
@@ -288,7 +314,7 @@ fn rounds_table(s: &mut String, res: &PaperResults) {
 
 /// One table of [`rounds_table`]: the configurations that have `run` in some round.
 fn rounds_run_table(s: &mut String, res: &PaperResults, run: Run) {
-    let rounds: std::collections::BTreeSet<u32> = res.rounds.iter().map(|r| r.round).collect();
+    let rounds = round_numbers(res);
     let setups: Vec<Setup> = res
         .workloads
         .iter()
@@ -326,13 +352,8 @@ fn rounds_run_table(s: &mut String, res: &PaperResults, run: Run) {
             let c = round_point(res, r, st, run).map_or("-".into(), |p| num(p.server_ns_per_req));
             let _ = write!(line, " {c} |");
         }
-        for &(a, b) in &pairs {
-            let v = match (round_point(res, r, a, run), round_point(res, r, b, run)) {
-                (Some(pa), Some(pb)) if pa.server_ns_per_req > 0.0 => {
-                    format!("{:.3}", pb.server_ns_per_req / pa.server_ns_per_req)
-                }
-                _ => "-".into(),
-            };
+        for &pair in &pairs {
+            let v = round_ratio(res, r, pair, false, run).map_or("-".into(), |v| format!("{v:.3}"));
             let _ = write!(line, " {v} |");
         }
         let _ = writeln!(s, "{line}");
@@ -375,7 +396,7 @@ pub fn markdown(res: &PaperResults) -> String {
             m.stop_stage
         );
     }
-    let default_keys = if m.quick { 10_000 } else { 100_000 };
+    let default_keys = crate::default_keys(m.quick);
     if let Some(w) = res.workloads.iter().find(|w| w.keys != default_keys) {
         let _ = writeln!(
             s,

@@ -1,7 +1,8 @@
 //! Interleaved capacity rounds (`inklab paper --rounds N`). The main pass measures each
-//! configuration once, a minute or more apart; on a noisy VM the host's speed moves that much
-//! within an hour (the echo floor between 896 and 1,283 ns per request: hitcost.md, seventeenth
-//! run), and a ratio of two such figures carries the drift. Here the target workload's
+//! configuration once, 20-50 s after the one it is compared with; on a noisy VM the host's speed
+//! can move by a quarter in that time (the echo at 977 and 1,204 ns per request in two rounds
+//! under a minute apart: hitcost.md, eighteenth run), and a ratio of two such figures carries the
+//! drift. Here the target workload's
 //! configurations are all set up at once, then measured in turn, N rounds over, each round in
 //! another order: the ratios are taken within a round, and their median over the rounds is the
 //! figure the goals use.
@@ -20,6 +21,7 @@
 //! the same rate. (On the Intel VM that moved the kernel cache's median ratio to the echo by
 //! 0.01-0.06: hitcost.md, eighteenth run.)
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -57,15 +59,13 @@ pub(crate) fn answered_in_xdp(setup: Setup) -> bool {
 /// (a median: one slow run of one configuration would set a rate far below the others'). None if
 /// none of them ran.
 pub(crate) fn equal_rate(points: &[RoundPoint]) -> Option<f64> {
-    let mut setups: Vec<Setup> = Vec::new();
-    for p in points {
-        if !setups.contains(&p.setup) {
-            setups.push(p.setup);
-        }
-    }
+    let setups: BTreeSet<Setup> = points
+        .iter()
+        .map(|p| p.setup)
+        .filter(|&s| answered_in_xdp(s))
+        .collect();
     setups
         .into_iter()
-        .filter(|&s| answered_in_xdp(s))
         .filter_map(|s| {
             median(
                 points
@@ -127,14 +127,18 @@ pub(crate) fn capacity_rounds(
 ) -> Result<()> {
     let mut rigs = Rigs(Vec::new());
     let cfg = wl.run_config(opts.inflight);
+    // no busy loop per rig: one serves them all (below), or each would run while another is
+    // measured
+    let rig_opts = PaperOpts {
+        server_awake: false,
+        ..opts.clone()
+    };
     for &setup in &wl.setups {
         if crate::run::missing(opts, setup).is_some() {
             continue;
         }
         eprintln!("inklab: rounds: setting up {} ...", setup.label());
-        let mut rig = Rig::new(opts, setup).with_context(|| setup.label().to_string())?;
-        // one busy loop for all (below): each rig's own would run while another is measured
-        rig.spinner = None;
+        let rig = Rig::new(&rig_opts, setup).with_context(|| setup.label().to_string())?;
         rig.warm(wl, &cfg, timing)
             .with_context(|| format!("warming {}", setup.label()))?;
         pause(&rig, true)?;

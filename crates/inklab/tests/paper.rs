@@ -264,28 +264,14 @@ fn rounds_measured_and_derived(v: &Value, dir: &std::path::Path) {
     ));
     let eq = "target.capacity_equal_rate_rounds_median.memcachedinkcache/xdpecho";
     assert!(close(ratio(eq), 1000.0 / 1100.0), "{}", ratio(eq));
-    let goals = w["goals"].as_array().unwrap();
-    let goal = |what: &str| {
-        goals
-            .iter()
-            .find(|g| g["goal"].as_str().unwrap().contains(what))
-            .unwrap_or_else(|| panic!("no goal {what}"))
-    };
-    let x = goal("memcached's requests");
+    let x = goal(&w, "memcached's requests");
     assert!(close(&x["measured"], 6.0), "{x}");
-    assert!(
-        x["note"]
-            .as_str()
-            .unwrap()
-            .contains("median of 2 interleaved rounds"),
-        "{x}"
-    );
-    let floor = goal("echo floor");
+    assert!(note(x).contains("median of 2 interleaved rounds"), "{x}");
+    let floor = goal(&w, "echo floor");
     assert!(close(&floor["measured"], 0.9), "{floor}");
     assert_eq!(floor["met"], true, "{floor}");
-    let note = floor["note"].as_str().unwrap();
     assert!(
-        note.contains("at one rate for both (rounds' open-loop runs), the median is 0.91"),
+        note(floor).contains("at one rate for both (rounds' open-loop runs), the median is 0.91"),
         "{floor}"
     );
 
@@ -298,25 +284,28 @@ fn rounds_measured_and_derived(v: &Value, dir: &std::path::Path) {
         .retain(|r| !(r["round"] == 2 && r["setup"] == "memcached"));
     partial["rounds_error"] = "round 2: stopped here by the test".into();
     let w = rederive(&partial, dir, "partial");
-    let x = w["goals"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["goal"].as_str().unwrap().contains("memcached's requests"))
-        .unwrap();
+    let x = goal(&w, "memcached's requests");
     assert!(close(&x["measured"], 4.0), "{x}");
-    assert!(
-        x["note"]
-            .as_str()
-            .unwrap()
-            .contains("median of 1 interleaved round "),
-        "{x}"
-    );
+    assert!(note(x).contains("median of 1 interleaved round "), "{x}");
     let md = std::fs::read_to_string(dir.join("partial/results.md")).unwrap();
     assert!(
         md.contains("**The rounds failed:** round 2: stopped here"),
         "{md}"
     );
+}
+
+/// The goal of results `w` whose text contains `what`.
+fn goal<'a>(w: &'a Value, what: &str) -> &'a Value {
+    w["goals"]
+        .as_array()
+        .expect("goals")
+        .iter()
+        .find(|g| g["goal"].as_str().unwrap().contains(what))
+        .unwrap_or_else(|| panic!("no goal {what}"))
+}
+
+fn note(goal: &Value) -> &str {
+    goal["note"].as_str().expect("a goal's note")
 }
 
 /// `inklab paper --from-json` on `v`, into `dir/name`; returns the results.json it wrote.
