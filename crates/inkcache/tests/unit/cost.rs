@@ -8,7 +8,13 @@
 //! `hit_cost_by_stage_zipf` does the same over issue 11's key space (100,000 keys, Zipf 0.99),
 //! and `multiget_key_cost` measures what each key of a 10-key get adds (hot keys; over the Zipf key
 //! space: `multiget_key_cost_zipf`). `COST_ROUNDS=N` runs N rounds instead (long enough for
-//! `scripts/bpf-profile.sh` to sample the program while it runs).
+//! `scripts/bpf-profile.sh` to sample the program while it runs). `COST_LOCKSTEP` and
+//! `COST_ROUND_LOG` let two builds' test binaries take turns round by round and log every round
+//! ([`Lockstep`]): `scripts/cost-ab.sh` compares two builds so.
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
 use inkbench::{workload::key_name, zipf::Zipf};
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -37,6 +43,68 @@ fn stop_stage(i: usize) -> u32 {
     }
 }
 
+/// Two test processes taking turns round by round (scripts/cost-ab.sh compares two builds so):
+/// with `COST_LOCKSTEP=IN,OUT` (two FIFOs), each round of [`time_runs`] starts once a byte can be
+/// read from IN and writes one to OUT when done; two processes whose FIFOs are crossed then
+/// measure alternately, a round (milliseconds) apart, and the host's drift between their rounds
+/// is small. With `COST_ROUND_LOG=FILE`, each round's mean is appended to FILE as
+/// "<measurement> <round> <ns per run>" (the measurement: time_runs' calls counted from 0).
+struct Lockstep {
+    turn: Option<(File, File)>,
+    log: Option<File>,
+    calls: u32,
+}
+
+impl Lockstep {
+    fn get() -> MutexGuard<'static, Lockstep> {
+        static L: OnceLock<Mutex<Lockstep>> = OnceLock::new();
+        let l = L.get_or_init(|| {
+            // read and write: opening a FIFO so never waits for the other end
+            let open = |p: &str| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(p)
+                    .unwrap_or_else(|e| panic!("COST_LOCKSTEP: opening {p}: {e}"))
+            };
+            let turn = std::env::var("COST_LOCKSTEP").ok().map(|v| {
+                let (i, o) = v.split_once(',').expect("COST_LOCKSTEP=IN,OUT");
+                (open(i), open(o))
+            });
+            let log = std::env::var("COST_ROUND_LOG").ok().map(|p| {
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&p)
+                    .unwrap_or_else(|e| panic!("COST_ROUND_LOG: opening {p}: {e}"))
+            });
+            Mutex::new(Lockstep {
+                turn,
+                log,
+                calls: 0,
+            })
+        });
+        l.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait(&mut self) {
+        if let Some((i, _)) = &mut self.turn {
+            let mut b = [0u8];
+            i.read_exact(&mut b)
+                .expect("COST_LOCKSTEP: waiting for the turn");
+        }
+    }
+
+    fn done(&mut self, round: u32, ns: u128) {
+        if let Some(f) = &mut self.log {
+            writeln!(f, "{} {round} {ns}", self.calls).expect("COST_ROUND_LOG: writing");
+        }
+        if let Some((_, o)) = &mut self.turn {
+            o.write_all(b"t").expect("COST_LOCKSTEP: passing the turn");
+        }
+    }
+}
+
 /// Times `prog` on `frames`, each run `runs_each` times a round: the mean ns per run of the best
 /// of `rounds` rounds (`COST_ROUNDS` if set), and how many runs of the last round returned
 /// XDP_TX. With `want`, asserts every run returned it (`ctx` says what the state was).
@@ -54,9 +122,11 @@ fn time_runs(
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(rounds);
-    for _ in 0..rounds {
+    let mut step = Lockstep::get();
+    for round in 0..rounds {
         let mut total = 0u128;
         tx = 0;
+        step.wait();
         for frame in frames {
             for _ in 0..runs_each {
                 let input = libbpf_rs::ProgramInput {
@@ -72,8 +142,11 @@ fn time_runs(
                 total += o.duration.as_nanos();
             }
         }
-        best = best.min(total / (frames.len() as u128 * u128::from(runs_each)));
+        let mean = total / (frames.len() as u128 * u128::from(runs_each));
+        step.done(round, mean);
+        best = best.min(mean);
     }
+    step.calls += 1;
     (best, tx)
 }
 
@@ -397,4 +470,48 @@ fn hot_hit_cost_cold_caches() {
             hit as i128 - base as i128
         );
     }
+}
+
+/// `scripts/cost-ab.sh` runs two test binaries in turns, round by round, and compares their
+/// rounds: run with this binary as both builds for a few rounds, it must end (no turn lost
+/// between the two processes) and compare each of `hot_hit_cost`'s two measurements over every
+/// round that has one of A's before and after it, the ratio near 1.
+#[test]
+fn cost_ab_compares_two_builds_round_by_round() {
+    let exe = std::env::current_exe().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/cost-ab.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .arg(&exe)
+        .arg(&exe)
+        .args(["hot_hit_cost", "4"])
+        .env("COST_AB_TIMEOUT", "60") // a lost turn fails the test, it does not hang it
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for m in 0..2 {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| {m} | 3 | ")))
+            .unwrap_or_else(|| panic!("no row for measurement {m} over 3 rounds:\n{text}"));
+        let ratio: f64 = row
+            .split('|')
+            .nth(5)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((0.5..2.0).contains(&ratio), "{row}");
+    }
+    assert!(
+        !text.contains("| 2 |"),
+        "hot_hit_cost makes two measurements:\n{text}"
+    );
 }

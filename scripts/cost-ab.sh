@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Two builds' test-run costs compared round by round (issue 11). This VM's speed moves by a half
+# within seconds (docs/results/hitcost.md), more than most changes to the hit path, so separate
+# runs of two builds say little, and even runs a second apart differ by ±10%. Here both builds'
+# test binaries run one cost measurement of crates/inkcache/tests/unit/cost.rs (default
+# hot_hit_cost) at once on CPU1, taking turns round by round through two FIFOs (COST_LOCKSTEP),
+# so the rounds compared ran milliseconds apart; each round's mean goes to a log
+# (COST_ROUND_LOG). Prints, for each measurement the test makes (numbered in the order it makes
+# them), both builds' median round, the median of the per-round ratios B/A with its quartiles
+# (each round of B against A's rounds before and after it) and how many rounds had B lower; then
+# what each build printed. A round next to a set-up of the other build's (its load, a
+# measurement's keys) is slower: the medians are not moved by a few such. Usage (root; the binaries
+# from `cargo test --release -p inkcache --test bpf_unit --no-run` of each build):
+#   scripts/cost-ab.sh BPF_UNIT_A BPF_UNIT_B [TEST] [ROUNDS]    (defaults: hot_hit_cost, 40)
+# Each build is stopped after COST_AB_TIMEOUT seconds (default 600).
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
+A=$1 B=$2 TEST=${3:-hot_hit_cost}
+export COST_ROUNDS=${4:-40}
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+mkfifo "$OUT/ta" "$OUT/tb"
+exec 3<> "$OUT/ta" 4<> "$OUT/tb" # held open: a turn passed after the other build ended is kept
+printf t >&3                      # A's first turn
+cd "$(dirname "$0")/../crates/inkcache" # the tests' paths are the crate's
+
+run() { # binary its-turn next-turn log
+    COST_LOCKSTEP="$2,$3" COST_ROUND_LOG="$4" timeout "${COST_AB_TIMEOUT:-600}" \
+        taskset -c 1 "$1" "unit::cost::$TEST" --ignored --nocapture --exact --test-threads 1
+}
+failed() { # name binary output
+    echo "cost-ab: $1 ($2) failed:" >&2
+    cat "$3" >&2
+}
+run "$A" "$OUT/ta" "$OUT/tb" "$OUT/a.log" > "$OUT/a.out" 2>&1 & PA=$!
+run "$B" "$OUT/tb" "$OUT/ta" "$OUT/b.log" > "$OUT/b.out" 2>&1 & PB=$!
+ok=0
+wait $PA || { ok=1; failed A "$A" "$OUT/a.out"; kill $PB 2> /dev/null || true; }
+wait $PB || { ok=1; failed B "$B" "$OUT/b.out"; }
+[ $ok = 0 ] || exit 1
+python3 - "$OUT/a.log" "$OUT/b.log" <<'PY'
+import statistics, sys
+def rounds(path):
+    r = {}
+    try:
+        lines = open(path).readlines()
+    except FileNotFoundError:
+        sys.exit("cost-ab: a build logged no round (is TEST one of cost.rs's measurements?)")
+    for line in lines:
+        m, i, ns = map(int, line.split())
+        r.setdefault(m, {})[i] = ns
+    return r
+a, b = rounds(sys.argv[1]), rounds(sys.argv[2])
+if not a or a.keys() != b.keys():
+    sys.exit("cost-ab: the two builds made different measurements")
+print("| measurement | rounds | A median ns | B median ns | B/A per round: median (quartiles) | B lower |")
+print("| ---: | ---: | ---: | ---: | --- | ---: |")
+for m in sorted(a):
+    # B's round i ran between A's rounds i and i + 1: it is compared with both (their geometric
+    # mean), so a drift of the host's speed and the order of the turns cancel out
+    idx = [i for i in sorted(b[m]) if i in a[m] and i + 1 in a[m]]
+    if not idx:
+        sys.exit(f"cost-ab: measurement {m} has too few rounds")
+    ref = {i: (a[m][i] * a[m][i + 1]) ** 0.5 for i in idx}
+    r = sorted(b[m][i] / ref[i] for i in idx)
+    q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
+    ma = statistics.median(a[m][i] for i in idx)
+    mb = statistics.median(b[m][i] for i in idx)
+    lower = sum(b[m][i] < ref[i] for i in idx)
+    print(f"| {m} | {len(idx)} | {ma:.0f} | {mb:.0f} | {q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f}) | "
+          f"{lower} of {len(idx)} |")
+PY
+for x in a b; do
+    echo "${x^^} printed:"
+    grep -E 'ns|^\|' "$OUT/$x.out" | sed 's/^/  /'
+done
