@@ -22,6 +22,39 @@ enum Cmd {
     /// Stock memcached vs memcached+inkcache vs the XDP echo floor (and inkcached) on a target
     /// and a non-target workload; writes results.json, results.md and SVG plots to --out.
     Paper(PaperArgs),
+    /// What a cache miss costs an XDP program by the pages its map lives in (4 KiB vmalloc'd
+    /// pages, as the kernel cache's maps, against the direct map's), on a CPU that has just slept
+    /// or not (docs/results/hitcost.md, nineteenth run); prints a markdown table.
+    Pagewalk(PagewalkArgs),
+}
+
+/// The options of `pagewalk`.
+#[derive(Args, Clone)]
+struct PagewalkArgs {
+    /// Lines in each chain of dependent reads, drawn at random from 60-64 MiB.
+    #[arg(long, default_value_t = 3000)]
+    lines: usize,
+    /// How long the CPU sleeps before each run, in microseconds (0: not at all), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,5,20,100")]
+    sleeps_us: Vec<u64>,
+    /// Runs of each program per sleep time.
+    #[arg(long, default_value_t = 2000)]
+    runs: usize,
+    /// The CPU the programs run on.
+    #[arg(long, default_value_t = 1)]
+    cpu: usize,
+}
+
+fn cmd_pagewalk(a: &PagewalkArgs) -> Result<()> {
+    let o = inklab::pagewalk::PagewalkOpts {
+        lines: a.lines,
+        sleeps_us: a.sleeps_us.clone(),
+        runs: a.runs,
+        cpu: a.cpu,
+    };
+    let rows = inklab::pagewalk::pagewalk(&o)?;
+    print!("{}", inklab::pagewalk::table(&o, &rows));
+    Ok(())
 }
 
 /// The options of `paper`; their defaults are [`PaperOpts::new`]'s.
@@ -111,6 +144,7 @@ fn main() {
     let cli = Cli::parse();
     let r = match &cli.cmd {
         Cmd::Paper(a) => cmd_paper(a),
+        Cmd::Pagewalk(a) => cmd_pagewalk(a),
     };
     if let Err(e) = r {
         eprintln!("inklab: error: {e:#}");

@@ -5,3 +5,7 @@
 pub mod echo {
     include!(concat!(env!("OUT_DIR"), "/echo.skel.rs"));
 }
+
+pub mod pagewalk {
+    include!(concat!(env!("OUT_DIR"), "/pagewalk.skel.rs"));
+}
