@@ -50,7 +50,7 @@ demo: build
 	BIN=target/release scripts/demo.sh
 
 bench: build
-	target/release/inklab paper
+	target/release/inklab paper --rounds 6
 
 # The consistency checker for 60 s against memcached + inkcache (CHECK_SECONDS=N to change).
 check-consistency: build
