@@ -478,6 +478,11 @@ fn hot_hit_cost_cold_caches() {
 /// round that has one of A's before and after it, the ratio near 1.
 #[test]
 fn cost_ab_compares_two_builds_round_by_round() {
+    testkit::require_tool!("/usr/bin/taskset");
+    testkit::skip_unless!(
+        std::path::Path::new("/sys/devices/system/cpu/cpu1").exists(),
+        "no CPU1 for the builds to take turns on"
+    );
     let exe = std::env::current_exe().unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/cost-ab.sh");
     let out = std::process::Command::new("bash")
