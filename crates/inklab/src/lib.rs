@@ -17,10 +17,10 @@
 //! configuration from warm-up to profile; memcaslap), `rounds.rs` (`--rounds`: the target's
 //! configurations measured in interleaved rounds), `cost.rs` (server CPU and eBPF program
 //! cost), [`xdp`] (the echo floor and pass programs of `bpf/lab/`, built by this crate),
-//! `report.rs` (ratios, goals, markdown), `plots.rs` (SVG), [`pagewalk`] (`inklab pagewalk`: what
-//! a miss costs an XDP program by the pages of its map, on a CPU that slept or not). The load is inkbench's, run as a
-//! library; the kernel cache is attached with the `inkcache` CLI and its counters read through
-//! the inkcache library.
+//! `report.rs` (ratios, goals, markdown), `plots.rs` (SVG), [`pagewalk`] (`inklab pagewalk`:
+//! what a miss costs an XDP program by the pages of its map, on a CPU that slept or not). The
+//! load is inkbench's, run as a library; the kernel cache is attached with the `inkcache` CLI and
+//! its counters read through the inkcache library.
 
 mod cost;
 pub mod pagewalk;

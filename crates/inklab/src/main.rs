@@ -40,8 +40,8 @@ struct PagewalkArgs {
     /// Runs of each program per sleep time.
     #[arg(long, default_value_t = 2000)]
     runs: usize,
-    /// The CPU the programs run on.
-    #[arg(long, default_value_t = 1)]
+    /// The CPU the programs run on (the benchmarks' server CPU).
+    #[arg(long, default_value_t = inklab::SERVER_CPU)]
     cpu: usize,
 }
 

@@ -60,6 +60,19 @@ fn chain(rng: &mut StdRng, below: u32, n: usize) -> Vec<u32> {
     v
 }
 
+/// Each line of chain `c` with the one after it (the last with the first): the cycle the
+/// programs follow.
+fn links(c: &[u32]) -> impl Iterator<Item = (u32, u32)> + '_ {
+    c.iter()
+        .zip(c.iter().cycle().skip(1))
+        .map(|(&a, &b)| (a, b))
+}
+
+/// Where a chain's program must stand after `runs` runs of `loads` reads from `c[0]`.
+fn end_of(c: &[u32], runs: usize, loads: u32) -> u32 {
+    c[(runs * loads as usize) % c.len()]
+}
+
 /// A line of the chain pointing at `next`.
 fn line(next: u32) -> [u8; LINE_BYTES] {
     let mut l = [0u8; LINE_BYTES];
@@ -141,17 +154,15 @@ pub fn pagewalk(o: &PagewalkOpts) -> Result<Vec<PagewalkRow>> {
         .update_batch(&keys, &fds, inner_maps, MapFlags::ANY, MapFlags::ANY)
         .context("filling the outer map")?;
     let mut rng = StdRng::seed_from_u64(1);
-    let c = chain(&mut rng, flat_lines, o.lines);
-    for (i, &at) in c.iter().enumerate() {
-        let next = c[(i + 1) % c.len()];
+    let flat_chain = chain(&mut rng, flat_lines, o.lines);
+    for (at, next) in links(&flat_chain) {
         skel.maps
             .flat
             .update(&at.to_ne_bytes(), &line(next), MapFlags::ANY)
             .context("writing the flat chain")?;
     }
-    let c = chain(&mut rng, outer_lines, o.lines);
-    for (i, &at) in c.iter().enumerate() {
-        let next = c[(i + 1) % c.len()];
+    let outer_chain = chain(&mut rng, outer_lines, o.lines);
+    for (at, next) in links(&outer_chain) {
         let (m, e) = (at / inner_lines, at % inner_lines);
         inner[m as usize]
             .update(&e.to_ne_bytes(), &line(next), MapFlags::ANY)
@@ -179,6 +190,23 @@ pub fn pagewalk(o: &PagewalkOpts) -> Result<Vec<PagewalkRow>> {
             vmalloc_ns: median_per_read(&mut flat, loads),
             kmalloc_ns: median_per_read(&mut outer, loads),
         });
+    }
+    // every read went where the chain leads: what was timed were the chains' misses
+    let bss = skel
+        .maps
+        .bss
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .context("reading where the chains stopped")?
+        .context("no .bss")?;
+    let at = |i: usize| u32::from_ne_bytes(bss[i * 4..i * 4 + 4].try_into().unwrap());
+    let runs = o.sleeps_us.len() * (WARM_RUNS + o.runs);
+    for (name, stopped, c) in [("flat", at(0), &flat_chain), ("outer", at(1), &outer_chain)] {
+        if stopped != end_of(c, runs, loads) {
+            return Err(anyhow!(
+                "the {name} chain stopped at line {stopped}, not {}",
+                end_of(c, runs, loads)
+            ));
+        }
     }
     Ok(rows)
 }
@@ -219,6 +247,15 @@ mod tests {
         assert_eq!(c.len(), 300);
         assert_eq!(c.iter().collect::<BTreeSet<_>>().len(), 300);
         assert!(c.iter().all(|&i| i < 1000));
+    }
+
+    #[test]
+    fn the_links_close_the_cycle_and_the_end_is_counted_in_reads() {
+        let c = [0, 7, 3];
+        assert_eq!(links(&c).collect::<Vec<_>>(), [(0, 7), (7, 3), (3, 0)]);
+        assert_eq!(end_of(&c, 0, 16), 0);
+        assert_eq!(end_of(&c, 1, 16), 7); // 16 reads: 5 times round, one line on
+        assert_eq!(end_of(&c, 2, 16), 3);
     }
 
     #[test]
