@@ -148,37 +148,7 @@ static __always_inline void walk_alone(struct scratch *s, __u32 udp)
 /* The connection of a stream verdict's skb (scratch.ws.ck). */
 static __always_inline void skb_conn_key(struct __sk_buff *skb, struct scratch *s)
 {
-	__builtin_memset(&s->ws.ck, 0, sizeof(s->ws.ck));
-	if (skb->family == 2 /* AF_INET */) {
-		s->ws.ck.caddr[10] = 0xff;
-		s->ws.ck.caddr[11] = 0xff;
-		s->ws.ck.saddr[10] = 0xff;
-		s->ws.ck.saddr[11] = 0xff;
-		__builtin_memcpy(&s->ws.ck.caddr[12], &skb->remote_ip4, 4);
-		__builtin_memcpy(&s->ws.ck.saddr[12], &skb->local_ip4, 4);
-	} else {
-		__u32 a[4];
-		a[0] = skb->remote_ip6[0];
-		barrier_var(a[0]); /* one 4-byte context load each */
-		a[1] = skb->remote_ip6[1];
-		barrier_var(a[1]); /* one 4-byte context load each */
-		a[2] = skb->remote_ip6[2];
-		barrier_var(a[2]); /* one 4-byte context load each */
-		a[3] = skb->remote_ip6[3];
-		barrier_var(a[3]); /* one 4-byte context load each */
-		__builtin_memcpy(s->ws.ck.caddr, a, 16);
-		a[0] = skb->local_ip6[0];
-		barrier_var(a[0]); /* one 4-byte context load each */
-		a[1] = skb->local_ip6[1];
-		barrier_var(a[1]); /* one 4-byte context load each */
-		a[2] = skb->local_ip6[2];
-		barrier_var(a[2]); /* one 4-byte context load each */
-		a[3] = skb->local_ip6[3];
-		barrier_var(a[3]); /* one 4-byte context load each */
-		__builtin_memcpy(s->ws.ck.saddr, a, 16);
-	}
-	s->ws.ck.cport = (__u16)(skb->remote_port >> 16); /* network order, in the upper half */
-	s->ws.ck.sport = bpf_htons((__u16)skb->local_port);
+	CONN_KEY_OF(skb, &s->ws.ck);
 }
 
 /* A connection whose stream position is not known (accepted before attach, or beyond

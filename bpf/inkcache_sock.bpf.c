@@ -77,38 +77,7 @@ int inkcache_release(struct bpf_sock *sk)
 /* The connection of socket-ops context o, seen from the server (scratch.ws.ck). */
 static __always_inline void ops_conn_key(struct bpf_sock_ops *o, struct scratch *s)
 {
-	__builtin_memset(&s->ws.ck, 0, sizeof(s->ws.ck));
-	if (o->family == 2 /* AF_INET */) {
-		__u32 r = o->remote_ip4, l = o->local_ip4;
-		s->ws.ck.caddr[10] = 0xff;
-		s->ws.ck.caddr[11] = 0xff;
-		s->ws.ck.saddr[10] = 0xff;
-		s->ws.ck.saddr[11] = 0xff;
-		__builtin_memcpy(&s->ws.ck.caddr[12], &r, 4);
-		__builtin_memcpy(&s->ws.ck.saddr[12], &l, 4);
-	} else {
-		__u32 a[4];
-		a[0] = o->remote_ip6[0];
-		barrier_var(a[0]); /* one 4-byte context load each */
-		a[1] = o->remote_ip6[1];
-		barrier_var(a[1]); /* one 4-byte context load each */
-		a[2] = o->remote_ip6[2];
-		barrier_var(a[2]); /* one 4-byte context load each */
-		a[3] = o->remote_ip6[3];
-		barrier_var(a[3]); /* one 4-byte context load each */
-		__builtin_memcpy(s->ws.ck.caddr, a, 16);
-		a[0] = o->local_ip6[0];
-		barrier_var(a[0]); /* one 4-byte context load each */
-		a[1] = o->local_ip6[1];
-		barrier_var(a[1]); /* one 4-byte context load each */
-		a[2] = o->local_ip6[2];
-		barrier_var(a[2]); /* one 4-byte context load each */
-		a[3] = o->local_ip6[3];
-		barrier_var(a[3]); /* one 4-byte context load each */
-		__builtin_memcpy(s->ws.ck.saddr, a, 16);
-	}
-	s->ws.ck.cport = (__u16)(o->remote_port >> 16); /* network order, in the upper half */
-	s->ws.ck.sport = bpf_htons((__u16)o->local_port);
+	CONN_KEY_OF(o, &s->ws.ck);
 }
 
 SEC("sockops")

@@ -101,6 +101,42 @@ struct {
 	__uint(max_entries, 4096);
 } conns SEC(".maps");
 
+/* A connection as a socket context names it (an skb's, a socket-ops context's: their fields
+ * have the same names), seen from the server, into struct ink_conn_key *ck. Macros, so that each
+ * field is read from its own context type, and with one 4-byte context load per word. */
+#define CTX_IP6(dst, words)                                                                       \
+	do {                                                                                      \
+		__u32 a_[4];                                                                      \
+		a_[0] = (words)[0];                                                               \
+		barrier_var(a_[0]); /* one 4-byte context load each */                            \
+		a_[1] = (words)[1];                                                               \
+		barrier_var(a_[1]);                                                               \
+		a_[2] = (words)[2];                                                               \
+		barrier_var(a_[2]);                                                               \
+		a_[3] = (words)[3];                                                               \
+		barrier_var(a_[3]);                                                               \
+		__builtin_memcpy(dst, a_, 16);                                                    \
+	} while (0)
+#define CONN_KEY_OF(c, ck)                                                                        \
+	do {                                                                                      \
+		__builtin_memset(ck, 0, sizeof(*(ck)));                                           \
+		if ((c)->family == 2 /* AF_INET */) {                                             \
+			__u32 r_ = (c)->remote_ip4, l_ = (c)->local_ip4;                          \
+			(ck)->caddr[10] = 0xff;                                                   \
+			(ck)->caddr[11] = 0xff;                                                   \
+			(ck)->saddr[10] = 0xff;                                                   \
+			(ck)->saddr[11] = 0xff;                                                   \
+			__builtin_memcpy(&(ck)->caddr[12], &r_, 4);                               \
+			__builtin_memcpy(&(ck)->saddr[12], &l_, 4);                               \
+		} else {                                                                          \
+			CTX_IP6((ck)->caddr, (c)->remote_ip6);                                    \
+			CTX_IP6((ck)->saddr, (c)->local_ip6);                                     \
+		}                                                                                 \
+		/* the remote port in network order, in the upper half */                        \
+		(ck)->cport = (__u16)((c)->remote_port >> 16);                                    \
+		(ck)->sport = bpf_htons((__u16)(c)->local_port);                                  \
+	} while (0)
+
 /* Every connection to the server (same keys as conns): the stream verdict program attached to
  * this sockhash walks the bytes each of them delivers to the server. Connections also followed
  * in `conns` are walked as streams, the others (accepted before attach, or beyond --max-conns)
