@@ -295,16 +295,16 @@ fn binary_over_udp_matches_memcached() {
 
 #[test]
 fn memccapable_binary_all_pass() {
-    if !have("/usr/bin/memccapable") {
+    if !have(memccapable::BIN) {
         return;
     }
     let srv = inkcached(&[]);
-    let out = Command::new("timeout")
-        .args(["120", "/usr/bin/memccapable"])
-        .args(memccapable::args("127.0.0.1", srv.port, Protocol::Binary))
-        .output()
-        .unwrap();
-    memccapable::assert_passed(&out);
+    memccapable::check(
+        Command::new("timeout"),
+        "127.0.0.1",
+        srv.port,
+        Protocol::Binary,
+    );
 }
 
 #[test]

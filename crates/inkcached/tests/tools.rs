@@ -11,16 +11,16 @@ use testkit::{
 
 #[test]
 fn memccapable_ascii_all_pass() {
-    if !have("/usr/bin/memccapable") {
+    if !have(memccapable::BIN) {
         return;
     }
     let srv = inkcached(&[]);
-    let out = Command::new("timeout")
-        .args(["120", "/usr/bin/memccapable"])
-        .args(memccapable::args("127.0.0.1", srv.port, Protocol::Ascii))
-        .output()
-        .unwrap();
-    memccapable::assert_passed(&out);
+    memccapable::check(
+        Command::new("timeout"),
+        "127.0.0.1",
+        srv.port,
+        Protocol::Ascii,
+    );
 }
 
 fn memcaslap(port: u16, udp: bool) -> String {

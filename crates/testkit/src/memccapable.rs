@@ -1,7 +1,13 @@
 //! libmemcached's protocol checker, memccapable: the arguments of a full check and the verdict
 //! on what it printed, in one place for every test that runs it.
 
-use std::process::Output;
+use std::process::{Command, Output};
+
+/// Where Debian's libmemcached-tools installs it.
+pub const BIN: &str = "/usr/bin/memccapable";
+
+/// Seconds a whole check may take before `timeout` stops it.
+const TIMEOUT_SECS: &str = "120";
 
 /// The protocol memccapable checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +50,17 @@ pub fn verdict(success: bool, text: &str) -> Result<(), String> {
         return Ok(());
     };
     Err(format!("memccapable: {why}:\n{text}"))
+}
+
+/// Runs a full check of `proto` against `host`:`port` under `timeout`, the command given (a plain
+/// `Command::new("timeout")`, or one that runs it in a namespace), and panics unless it passed.
+pub fn check(mut timeout: Command, host: &str, port: u16, proto: Protocol) {
+    let out = timeout
+        .args([TIMEOUT_SECS, BIN])
+        .args(args(host, port, proto))
+        .output()
+        .expect("running memccapable under timeout");
+    assert_passed(&out);
 }
 
 /// Panics unless `out` (memccapable's output) is a passing run ([`verdict`]).
