@@ -93,6 +93,21 @@ fn all_on_flash(dir: &TempDir) -> Server {
     inkcached(&["-m", "2", "-o", &o])
 }
 
+/// inkcached with 4 MB of RAM, items up to 64 KB, and a flash tier of `size` in `dir`.
+fn small_ram(dir: &TempDir, size: &str) -> Server {
+    let o = ext_opts(&store(dir), size, "");
+    inkcached(&[
+        "-m",
+        "4",
+        "-I",
+        "64k",
+        "-o",
+        "slab_chunk_max=65536",
+        "-o",
+        &o,
+    ])
+}
+
 /// Stores 1.4 MB of filler: every value stored before is on flash, its write buffer (1 MB)
 /// full and written out, so reading it back goes to the disk.
 fn push(c: &mut Tcp) {
@@ -107,17 +122,7 @@ fn push(c: &mut Tcp) {
 fn evicted_values_come_back_identical() {
     let dir = testkit::temp_dir("inkfl-tcp-");
     // 4 MB of RAM, 64 MB of flash, ~25 MB of values: most of them on flash
-    let o = ext_opts(&store(&dir), "64m", "");
-    let srv = inkcached(&[
-        "-m",
-        "4",
-        "-I",
-        "64k",
-        "-o",
-        "slab_chunk_max=65536",
-        "-o",
-        &o,
-    ]);
+    let srv = small_ram(&dir, "64m");
     let mut c = Tcp::new(srv.port);
     let n = 3000u64;
     for i in 0..n {
@@ -218,17 +223,7 @@ fn evicted_values_come_back_identical() {
 fn flash_smaller_than_data_misses_but_never_lies() {
     let dir = testkit::temp_dir("inkfl-small-");
     // 4 MB of RAM, 8 MB of flash, ~25 MB written twice: pages are reclaimed and compacted
-    let o = ext_opts(&store(&dir), "8m", "");
-    let srv = inkcached(&[
-        "-m",
-        "4",
-        "-I",
-        "64k",
-        "-o",
-        "slab_chunk_max=65536",
-        "-o",
-        &o,
-    ]);
+    let srv = small_ram(&dir, "8m");
     let mut c = Tcp::new(srv.port);
     let n = 3000u64;
     let mut hits = 0;
