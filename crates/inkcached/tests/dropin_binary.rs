@@ -309,26 +309,5 @@ fn memccapable_binary_all_pass() {
 
 #[test]
 fn pylibmc_binary_client() {
-    if !have("/usr/bin/python3") {
-        return;
-    }
-    let ok = Command::new("/usr/bin/python3")
-        .args(["-c", "import pylibmc"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(!ci(), "pylibmc is required under CI");
-        eprintln!("SKIP: pylibmc not installed");
-        return;
-    }
-    let srv = inkcached(&[]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/pylibmc_binary.py");
-    let out = Command::new("timeout")
-        .args(["60", "/usr/bin/python3", script, &srv.port.to_string()])
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "pylibmc script failed:\n{text}");
-    assert!(text.contains("ALL OK"), "{text}");
+    python_client_passes("pylibmc", "python3-pylibmc", "pylibmc_binary.py");
 }

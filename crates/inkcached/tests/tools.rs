@@ -62,26 +62,5 @@ fn memcaslap_verify_tcp_and_udp() {
 
 #[test]
 fn pymemcache_exercises_every_command() {
-    if !have("/usr/bin/python3") {
-        return;
-    }
-    let ok = Command::new("/usr/bin/python3")
-        .args(["-c", "import pymemcache"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        testkit::skip("pymemcache is not installed (python3-pymemcache)");
-        return;
-    }
-    let srv = inkcached(&[]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/exercise.py");
-    let out = Command::new("timeout")
-        .args(["60", "/usr/bin/python3", script, &srv.port.to_string()])
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "pymemcache script failed:\n{text}");
-    assert!(text.contains("ALL OK"), "{text}");
+    python_client_passes("pymemcache", "python3-pymemcache", "exercise.py");
 }

@@ -116,6 +116,38 @@ pub fn have(tool: &str) -> bool {
     false
 }
 
+/// Runs the Python client script tests/py/`script` against a fresh inkcached (its port as the
+/// argument) and asserts that it exited 0 and printed `ALL OK`. Without python3 or its module
+/// `module` (Debian's `package`), declares the skip (a failure under CI).
+pub fn python_client_passes(module: &str, package: &str, script: &str) {
+    if !have("/usr/bin/python3") {
+        return;
+    }
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", &format!("import {module}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        testkit::skip(format!("{module} is not installed ({package})"));
+        return;
+    }
+    let srv = inkcached(&[]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/py")
+        .join(script);
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg("/usr/bin/python3")
+        .arg(&script)
+        .arg(srv.port.to_string())
+        .output()
+        .expect("running timeout python3");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{} failed:\n{text}", script.display());
+    assert!(text.contains("ALL OK"), "{text}");
+}
+
 pub fn connect(port: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
