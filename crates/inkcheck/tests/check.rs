@@ -173,6 +173,22 @@ fn plain_memcached_has_no_violations() -> Result<()> {
     Ok(())
 }
 
+/// Shows a run against memcached + inkcache, and fails unless it found no violation and the
+/// kernel served enough for its answers to have been checked. Returns inkcache's stats.
+fn clean_and_served(rig: &Rig, name: &str, rep: &CheckReport) -> Result<serde_json::Value> {
+    show(name, rep);
+    let stats = rig.stats()?;
+    eprintln!("inkcache stats: {stats}");
+    sanity(rep)?;
+    assert_eq!(rep.violations, 0, "{}", rep.summary());
+    let stats: serde_json::Value = serde_json::from_str(&stats)?;
+    assert!(
+        stats["hits"].as_u64().unwrap_or(0) > 100,
+        "the kernel served (almost) nothing, so nothing was checked: {stats}"
+    );
+    Ok(stats)
+}
+
 #[test]
 fn inkcache_has_no_violations() -> Result<()> {
     // The default conflict-heavy mix (32 hot keys, frequent flush_all) leaves the kernel almost
@@ -184,16 +200,7 @@ fn inkcache_has_no_violations() -> Result<()> {
         c.flush_ratio = 0.00002;
         c.large_ratio = 0.0;
     })?;
-    show("memcached + inkcache", &rep);
-    let stats = rig.stats()?;
-    eprintln!("inkcache stats: {stats}");
-    sanity(&rep)?;
-    assert_eq!(rep.violations, 0, "{}", rep.summary());
-    let stats: serde_json::Value = serde_json::from_str(&stats)?;
-    assert!(
-        stats["hits"].as_u64().unwrap_or(0) > 100,
-        "the kernel served (almost) nothing, so nothing was checked: {stats}"
-    );
+    clean_and_served(&rig, "memcached + inkcache", &rep)?;
     Ok(())
 }
 
@@ -227,16 +234,7 @@ fn inkcache_has_no_violations_under_hostile_writes() -> Result<()> {
         c.large_ratio = 0.0;
         c.hostile = 0.25;
     })?;
-    show("memcached + inkcache, hostile writes", &rep);
-    let stats = rig.stats()?;
-    eprintln!("inkcache stats: {stats}");
-    sanity(&rep)?;
-    assert_eq!(rep.violations, 0, "{}", rep.summary());
-    let stats: serde_json::Value = serde_json::from_str(&stats)?;
-    assert!(
-        stats["hits"].as_u64().unwrap_or(0) > 100,
-        "the kernel served (almost) nothing, so nothing was checked: {stats}"
-    );
+    let stats = clean_and_served(&rig, "memcached + inkcache, hostile writes", &rep)?;
     assert_eq!(
         stats["inval_unparsable"].as_u64(),
         Some(0),
