@@ -13,12 +13,7 @@ use testkit::{
 };
 
 fn tool(path: &str) -> bool {
-    if std::path::Path::new(path).exists() {
-        return true;
-    }
-    assert!(std::env::var("CI").is_err(), "{path} is required under CI");
-    eprintln!("SKIP: {path} not installed");
-    false
+    testkit::tool_or_skip(path)
 }
 
 struct Srv {

@@ -247,13 +247,7 @@ fn multiget_against_inkcached() {
         return;
     }
     let p = testkit::workspace_bin("inkcached");
-    if !p.exists() {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("inkcached is not built");
-        }
-        eprintln!("SKIP: inkcached not built");
-        return;
-    }
+    testkit::skip_unless!(p.exists(), "inkcached is not built (make build)");
     multiget_checks(&p.display().to_string());
 }
 
@@ -263,13 +257,7 @@ fn multiget_with_inkcache_on_the_servers() {
         return;
     }
     let inkcache = testkit::workspace_bin("inkcache");
-    if !inkcache.exists() {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("inkcache is not built");
-        }
-        eprintln!("SKIP: inkcache not built");
-        return;
-    }
+    testkit::skip_unless!(inkcache.exists(), "inkcache is not built (make build)");
     let t = Topology::new("sgi", 2).unwrap();
     let servers = pool(&t, "/usr/bin/memcached");
     let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr).collect();

@@ -24,7 +24,7 @@ use nix::sched::{setns, CloneFlags};
 pub mod memcaslap;
 pub mod memccapable;
 mod skip;
-pub use skip::{have_tool, skip, skips_fail, Skipped};
+pub use skip::{have_tool, skip, skips_fail, tool_or_skip, Skipped};
 pub use tempfile::TempDir;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);

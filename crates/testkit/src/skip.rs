@@ -47,6 +47,21 @@ pub fn have_tool(path: impl AsRef<Path>) -> bool {
     path.as_ref().exists()
 }
 
+/// True if the tool at `path` exists; otherwise declares the skip ([`skip`]: a failure under
+/// CI), and the test returns or leaves out what needs the tool.
+#[track_caller]
+pub fn tool_or_skip(path: impl AsRef<Path>) -> bool {
+    let path = path.as_ref();
+    if have_tool(path) {
+        return true;
+    }
+    skip(format!(
+        "{} is not installed (make deps installs it)",
+        path.display()
+    ));
+    false
+}
+
 /// What a test returns when it skips: `()` or `Ok(Default::default())`.
 pub trait Skipped {
     fn skipped() -> Self;
@@ -103,6 +118,17 @@ mod tests {
             assert!(std::panic::catch_unwind(|| probe(false)).is_err());
         } else {
             assert_eq!(probe(false), Ok(0));
+        }
+    }
+
+    #[test]
+    fn a_missing_tool_is_a_skip_or_fails_under_ci() {
+        assert!(tool_or_skip("/"));
+        let missing = "/nonexistent/inkcache-test-tool";
+        if skips_fail() {
+            assert!(std::panic::catch_unwind(|| tool_or_skip(missing)).is_err());
+        } else {
+            assert!(!tool_or_skip(missing));
         }
     }
 }

@@ -109,11 +109,7 @@ pub fn memcached() -> Option<Server> {
 /// True if `tool` exists; otherwise declares the skip (`testkit::skip`: a failure under CI) and
 /// the test returns.
 pub fn have(tool: &str) -> bool {
-    if Path::new(tool).exists() {
-        return true;
-    }
-    testkit::skip(format!("{tool} is not installed"));
-    false
+    testkit::tool_or_skip(tool)
 }
 
 /// Runs the Python client script tests/py/`script` against a fresh inkcached (its port as the
@@ -188,18 +184,10 @@ pub fn request_until(s: &mut TcpStream, req: &[u8], end: &[u8]) -> Vec<u8> {
     out
 }
 
-/// True when running under CI (`CI=true`): a missing tool is then a failure, not a SKIP.
-pub fn ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-        || std::env::var("INKCACHED_REQUIRE_TOOLS").as_deref() == Ok("1")
-}
-
 /// Stock memcached and inkcached, both started with `extra`; None (SKIP, or a failure under
 /// CI) without memcached.
 pub fn pair(extra: &[&str]) -> Option<(Server, Server)> {
-    if !Path::new("/usr/bin/memcached").exists() {
-        assert!(!ci(), "/usr/bin/memcached is required under CI");
-        eprintln!("SKIP: /usr/bin/memcached not installed");
+    if !have("/usr/bin/memcached") {
         return None;
     }
     // SAFETY: geteuid has no preconditions.
