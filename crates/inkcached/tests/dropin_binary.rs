@@ -7,9 +7,8 @@ use inkproto::binary::{arith_extras, op, request, store_extras, HEADER_LEN};
 use inkproto::udp::{frame_request, FrameHeader};
 use std::io::{Read, Write};
 use std::net::UdpSocket;
-use std::process::Command;
 use std::time::Duration;
-use testkit::memccapable::{self, Protocol};
+use testkit::memccapable::Protocol;
 
 const SENTINEL: u32 = 0xfeed_f00d;
 
@@ -295,16 +294,7 @@ fn binary_over_udp_matches_memcached() {
 
 #[test]
 fn memccapable_binary_all_pass() {
-    if !have(memccapable::BIN) {
-        return;
-    }
-    let srv = inkcached(&[]);
-    memccapable::check(
-        Command::new("timeout"),
-        "127.0.0.1",
-        srv.port,
-        Protocol::Binary,
-    );
+    memccapable_passes(Protocol::Binary);
 }
 
 #[test]

@@ -4,23 +4,11 @@
 mod common;
 use common::*;
 use std::{process::Command, time::Duration};
-use testkit::{
-    memcaslap,
-    memccapable::{self, Protocol},
-};
+use testkit::{memcaslap, memccapable::Protocol};
 
 #[test]
 fn memccapable_ascii_all_pass() {
-    if !have(memccapable::BIN) {
-        return;
-    }
-    let srv = inkcached(&[]);
-    memccapable::check(
-        Command::new("timeout"),
-        "127.0.0.1",
-        srv.port,
-        Protocol::Ascii,
-    );
+    memccapable_passes(Protocol::Ascii);
 }
 
 fn memcaslap(port: u16, udp: bool) -> String {

@@ -112,6 +112,16 @@ pub fn have(tool: &str) -> bool {
     testkit::tool_or_skip(tool)
 }
 
+/// libmemcached's memccapable, a full check of `proto` against a fresh inkcached, passes (without
+/// it: a declared skip).
+pub fn memccapable_passes(proto: testkit::memccapable::Protocol) {
+    if !have(testkit::memccapable::BIN) {
+        return;
+    }
+    let srv = inkcached(&[]);
+    testkit::memccapable::check(Command::new("timeout"), "127.0.0.1", srv.port, proto);
+}
+
 /// Runs the Python client script tests/py/`script` against a fresh inkcached (its port as the
 /// argument) and asserts that it exited 0 and printed `ALL OK`. Without python3 or its module
 /// `module` (Debian's `package`), declares the skip (a failure under CI).
