@@ -84,6 +84,19 @@ fn reference(servers: &[SocketAddr], ring: &Ketama, keys: &[Vec<u8>]) -> HashMap
     out
 }
 
+/// A client of `sg` speaking memcached's protocol.
+fn memcached_client(sg: &Arc<Sg>) -> Client {
+    Client::new(
+        sg.clone(),
+        false,
+        ClientOpts {
+            proto: Proto::Memcached,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
 fn attach_big(t: &Topology) -> Arc<Sg> {
     Arc::new(
         Sg::attach(&AttachOpts {
@@ -172,15 +185,7 @@ fn multiget_checks(prog: &str) {
     in_netns(&t.client, || {
         let sg = attach_big(&t);
         let pool = Pool::new(&sg, &addrs, Hash::default()).unwrap();
-        let mut c = Client::new(
-            sg.clone(),
-            false,
-            ClientOpts {
-                proto: Proto::Memcached,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let mut c = memcached_client(&sg);
         let timeout = Duration::from_millis(300);
         // 0% hits, 50% (even keys stored), 100%
         for (stage, which) in [
@@ -302,15 +307,7 @@ fn multiget_with_inkcache_on_the_servers() {
         assert_eq!(want.len(), 40);
         let sg = attach_big(&t);
         let pool = Pool::new(&sg, &addrs, Hash::default()).unwrap();
-        let mut c = Client::new(
-            sg.clone(),
-            false,
-            ClientOpts {
-                proto: Proto::Memcached,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let mut c = memcached_client(&sg);
         for _ in 0..4 {
             let got = pool
                 .get_multi(&mut c, &refs, Duration::from_millis(300))
