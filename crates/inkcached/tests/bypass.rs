@@ -94,14 +94,7 @@ fn stat(ns: &Netns, port: u16, name: &str) -> u64 {
         tcp_roundtrip(&mut s, b"stats\r\n", b"END\r\n")
     });
     let text = String::from_utf8_lossy(&text).into_owned();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(&format!("STAT {name} "))?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no stat {name} in {text}"))
+    testkit::stat_value(&text, name).unwrap_or_else(|| panic!("no stat {name} in {text}"))
 }
 
 fn port() -> u16 {

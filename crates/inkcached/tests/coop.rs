@@ -375,14 +375,7 @@ fn server_stat(name: &str) -> u64 {
         text.extend_from_slice(&buf[..n]);
     }
     let text = String::from_utf8_lossy(&text).into_owned();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(&format!("STAT {name} "))?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no stat {name}"))
+    testkit::stat_value(&text, name).unwrap_or_else(|| panic!("no stat {name} in {text}"))
 }
 
 /// AF_XDP behind inkcache: in cooperative mode inkcache's XDP program hands the requests it

@@ -339,12 +339,7 @@ fn requests_per_event_and_connection_limit_match_memcached() {
         let r = text(port, gets.as_bytes());
         assert_eq!(r, b"END\r\n".repeat(200));
         let s = String::from_utf8(text(port, b"stats\r\n")).unwrap();
-        let y: u64 = s
-            .lines()
-            .find_map(|l| l.strip_prefix("STAT conn_yields "))
-            .unwrap()
-            .parse()
-            .unwrap();
+        let y = testkit::stat_value(&s, "conn_yields").expect("STAT conn_yields");
         assert!(y > 0, "no yields on {port}");
     }
     // -c: both refuse the connections whose descriptor reaches the limit, with memcached's line

@@ -272,9 +272,37 @@ impl Drop for Server {
 
 /// Path of a binary built by this workspace (`target/<profile>/<name>`), for crates whose tests
 /// need another crate's binary.
+/// The value of `STAT <name> <value>` in the text of a `stats` answer, if it has the line and the
+/// value is a number.
+pub fn stat_value(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix("STAT ")?
+            .strip_prefix(name)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     dir.join(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_value_reads_one_stat_line() {
+        let text = "STAT pid 7\r\nSTAT get_hits_total x\r\nSTAT get_hits 42\r\nEND\r\n";
+        assert_eq!(stat_value(text, "get_hits"), Some(42));
+        assert_eq!(stat_value(text, "pid"), Some(7));
+        assert_eq!(stat_value(text, "get_hits_total"), None); // not a number
+        assert_eq!(stat_value(text, "get"), None); // only whole names
+        assert_eq!(stat_value(text, "uptime"), None);
+    }
 }
