@@ -103,7 +103,8 @@ struct {
 
 /* A connection as a socket context names it (an skb's, a socket-ops context's: their fields
  * have the same names), seen from the server, into struct ink_conn_key *ck. Macros, so that each
- * field is read from its own context type, and with one 4-byte context load per word. */
+ * field is read from its own context type, and with one 4-byte context load per word (map_v4:
+ * parsing.h, which every program including this one includes first). */
 #define CTX_IP6(dst, words)                                                                       \
 	do {                                                                                      \
 		__u32 a_[4];                                                                      \
@@ -121,13 +122,8 @@ struct {
 	do {                                                                                      \
 		__builtin_memset(ck, 0, sizeof(*(ck)));                                           \
 		if ((c)->family == 2 /* AF_INET */) {                                             \
-			__u32 r_ = (c)->remote_ip4, l_ = (c)->local_ip4;                          \
-			(ck)->caddr[10] = 0xff;                                                   \
-			(ck)->caddr[11] = 0xff;                                                   \
-			(ck)->saddr[10] = 0xff;                                                   \
-			(ck)->saddr[11] = 0xff;                                                   \
-			__builtin_memcpy(&(ck)->caddr[12], &r_, 4);                               \
-			__builtin_memcpy(&(ck)->saddr[12], &l_, 4);                               \
+			map_v4((ck)->caddr, (c)->remote_ip4);                                     \
+			map_v4((ck)->saddr, (c)->local_ip4);                                      \
 		} else {                                                                          \
 			CTX_IP6((ck)->caddr, (c)->remote_ip6);                                    \
 			CTX_IP6((ck)->saddr, (c)->local_ip6);                                     \
