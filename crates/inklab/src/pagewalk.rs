@@ -192,19 +192,16 @@ pub fn pagewalk(o: &PagewalkOpts) -> Result<Vec<PagewalkRow>> {
         });
     }
     // every read went where the chain leads: what was timed were the chains' misses
-    let bss = skel
-        .maps
-        .bss
-        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-        .context("reading where the chains stopped")?
-        .context("no .bss")?;
-    let at = |i: usize| u32::from_ne_bytes(bss[i * 4..i * 4 + 4].try_into().unwrap());
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
     let runs = o.sleeps_us.len() * (WARM_RUNS + o.runs);
-    for (name, stopped, c) in [("flat", at(0), &flat_chain), ("outer", at(1), &outer_chain)] {
-        if stopped != end_of(c, runs, loads) {
+    for (name, stopped, c) in [
+        ("flat", bss.at_flat, &flat_chain),
+        ("outer", bss.at_outer, &outer_chain),
+    ] {
+        let end = end_of(c, runs, loads);
+        if stopped != end {
             return Err(anyhow!(
-                "the {name} chain stopped at line {stopped}, not {}",
-                end_of(c, runs, loads)
+                "the {name} chain stopped at line {stopped}, not {end}"
             ));
         }
     }
