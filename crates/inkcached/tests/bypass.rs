@@ -12,10 +12,6 @@ use testkit::{
     Netns, Pair, SRV_V4, SRV_V6,
 };
 
-fn tool(path: &str) -> bool {
-    testkit::tool_or_skip(path)
-}
-
 struct Srv {
     child: Child,
     port: u16,
@@ -170,7 +166,7 @@ fn afxdp_answers_udp_and_third_party_clients_pass() {
     assert_eq!(rx, 12, "every UDP request went through AF_XDP");
     assert!(stat(&pair.client, srv.port, "afxdp_tx_packets") >= 14);
 
-    if tool("/usr/bin/memcaslap") {
+    if testkit::tool_or_skip("/usr/bin/memcaslap") {
         let args = memcaslap::verify_args(&to4.to_string(), true);
         let cmd = || {
             let mut cmd = pair.client.cmd("/usr/bin/memcaslap");
@@ -189,7 +185,7 @@ fn afxdp_answers_udp_and_third_party_clients_pass() {
         assert!(stat_line("cmd_get") > 1000, "{text}");
         assert!(stat(&pair.client, srv.port, "afxdp_rx_packets") > rx + 1000);
     }
-    if tool(memccapable::BIN) {
+    if testkit::tool_or_skip(memccapable::BIN) {
         memccapable::check(
             pair.client.cmd("timeout"),
             &SRV_V4.to_string(),
@@ -201,7 +197,7 @@ fn afxdp_answers_udp_and_third_party_clients_pass() {
 
 #[test]
 fn afxdp_leaves_other_traffic_alone() {
-    if !tool("/usr/bin/ping") {
+    if !testkit::tool_or_skip("/usr/bin/ping") {
         return;
     }
     let pair = Pair::new().unwrap();

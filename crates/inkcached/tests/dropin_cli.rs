@@ -13,13 +13,9 @@ use std::time::{Duration, Instant};
 const INK: &str = env!("CARGO_BIN_EXE_inkcached");
 const MC: &str = "/usr/bin/memcached";
 
-fn have_mc() -> bool {
-    have(MC)
-}
-
 #[test]
 fn refusals_match_memcached() {
-    if !have_mc() {
+    if !have(MC) {
         return;
     }
     let lines: &[&str] = &[
@@ -215,7 +211,7 @@ fn with_port_file(prog: &str, args: &[&str], file: &Path) -> (std::process::Chil
 
 #[test]
 fn any_free_port_is_reported_as_memcached_does() {
-    if !have_mc() {
+    if !have(MC) {
         return;
     }
     let dir = std::env::temp_dir();
@@ -415,7 +411,7 @@ fn ascii_authentication_matches_memcached() {
 
 #[test]
 fn unix_socket_with_mask_as_memcached() {
-    if !have_mc() {
+    if !have(MC) {
         return;
     }
     use std::os::unix::fs::PermissionsExt;

@@ -89,16 +89,14 @@ macro_rules! skip_unless {
     };
 }
 
-/// `require_tool!("/usr/bin/memcaslap")`: skips the test (see [`skip_unless!`]) unless the
-/// tool is installed.
+/// `require_tool!("/usr/bin/memcaslap")`: skips the test ([`tool_or_skip`], returning as
+/// [`skip_unless!`] does) unless the tool is installed.
 #[macro_export]
 macro_rules! require_tool {
     ($path:expr) => {
-        $crate::skip_unless!(
-            $crate::have_tool($path),
-            "{} is not installed (make deps installs it)",
-            $path
-        )
+        if !$crate::tool_or_skip($path) {
+            return $crate::Skipped::skipped();
+        }
     };
 }
 

@@ -115,9 +115,7 @@ pub fn have(tool: &str) -> bool {
 /// libmemcached's memccapable, a full check of `proto` against a fresh inkcached, passes (without
 /// it: a declared skip).
 pub fn memccapable_passes(proto: testkit::memccapable::Protocol) {
-    if !have(testkit::memccapable::BIN) {
-        return;
-    }
+    testkit::require_tool!(testkit::memccapable::BIN);
     let srv = inkcached(&[]);
     testkit::memccapable::check(Command::new("timeout"), "127.0.0.1", srv.port, proto);
 }
@@ -126,17 +124,12 @@ pub fn memccapable_passes(proto: testkit::memccapable::Protocol) {
 /// argument) and asserts that it exited 0 and printed `ALL OK`. Without python3 or its module
 /// `module` (Debian's `package`), declares the skip (a failure under CI).
 pub fn python_client_passes(module: &str, package: &str, script: &str) {
-    if !have("/usr/bin/python3") {
-        return;
-    }
+    testkit::require_tool!("/usr/bin/python3");
     let ok = Command::new("/usr/bin/python3")
         .args(["-c", &format!("import {module}")])
         .status()
         .is_ok_and(|s| s.success());
-    if !ok {
-        testkit::skip(format!("{module} is not installed ({package})"));
-        return;
-    }
+    testkit::skip_unless!(ok, "{module} is not installed ({package})");
     let srv = inkcached(&[]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/py")
