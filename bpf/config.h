@@ -38,6 +38,12 @@ const volatile __u32 coop_mode = 0;
  * request's; 0: such sources are never answered by the kernel. */
 const volatile __u32 max_amplification = 0;
 
+/* How XDP writes a reply into the frame (--reply-write): 1, by 8-byte stores (pktcopy.h's
+ * pkt_store, no helper call); 0, by bpf_xdp_store_bytes' memcpy. Which is cheaper depends on what
+ * a helper's return costs: where the kernel returns through a thunk (AMD's Safe RET), the stores
+ * are (docs/results/hitcost.md, twenty-first run). */
+const volatile __u32 reply_inline = 0;
+
 const volatile __u32 no_split = 0; /* debug: partly missing multi-key gets pass whole */
 /* measurement only (the per-stage cost of a hit, crates/inkcache/tests/unit/cost.rs): XDP passes
  * a get after stage N of its path (STAGE_*); 0, in production, removes every check at load */

@@ -170,8 +170,9 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct xdp_room *room
 	/* out_len is 8..1400 (checked above); restate it so the verifier sees the bound */
 	barrier_var(out_len);
 	__u32 n = ((out_len - 1) & 2047) + 1;
-	/* the helper's memcpy: cheaper than a word loop for a reply on the Intel VM (pktcopy.h) */
-	if (bpf_xdp_store_bytes(ctx, mc_off, s->out, n))
+	/* 8-byte stores or the helper's memcpy, whichever the control plane chose (config.h) */
+	if ((!reply_inline || pkt_store(ctx, mc_off, s->out, n)) &&
+	    bpf_xdp_store_bytes(ctx, mc_off, s->out, n))
 		return -1;
 
 	data = (void *)(long)ctx->data;

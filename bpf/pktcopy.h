@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Moves bytes between an XDP frame and map memory by direct packet access, 8 bytes a step, the last
  * step overlapping the one before it: no helper call and no byte loop. The request is read so
- * (load_request), and summed and classified on the way; the reply is written with
- * bpf_xdp_store_bytes, whose memcpy beat a word loop over ~90 bytes on the Intel VM (the AMD VM
- * measured the loop cheaper: docs/results/hitcost.md). They fail (-1) where the bytes are not in
- * the frame's linear part (multi-buffer frames): callers fall back to the helpers. The loops test
- * a word count derived from the length, never the length itself, and what they accumulate is
- * stored as soon as they end: every exit leaves the same state, so the verifier walks what follows
- * once. Offsets and lengths are 64-bit and bounded on the registers used: a 32-bit value widened in
- * a register loses its bounds for the verifier. */
+ * (load_request), and summed and classified on the way. The reply is written so (pkt_store) or by
+ * bpf_xdp_store_bytes, as config.h's reply_inline says: over ~90 bytes the helper's memcpy beat
+ * the stores on the Intel VM, and the stores beat it by ~8% of a hit on the AMD VM, whose kernel
+ * returns from every helper through a thunk (docs/results/hitcost.md, twenty-first run). They
+ * fail (-1) where the bytes are not in the frame's linear part (multi-buffer frames): callers fall
+ * back to the helpers. The loops test a word count derived from the length, never the length
+ * itself, and what they accumulate is stored as soon as they end: every exit leaves the same
+ * state, so the verifier walks what follows once. Offsets and lengths are 64-bit and bounded on
+ * the registers used: a 32-bit value widened in a register loses its bounds for the verifier. */
 #ifndef INKCACHE_PKTCOPY_H
 #define INKCACHE_PKTCOPY_H
 
@@ -80,6 +81,43 @@ static __always_inline int load_request(struct xdp_md *ctx, __u64 off, struct sc
 	marks = (marks & 0x00ff00ff00ff00ffULL) + ((marks >> 8) & 0x00ff00ff00ff00ffULL);
 	marks = (marks & 0x0000ffff0000ffffULL) + ((marks >> 16) & 0x0000ffff0000ffffULL);
 	s->rq.marks = (__u32)((marks & 0xffffffff) + (marks >> 32));
+	return 0;
+}
+
+/* Frame bytes [off, off + n) <- mem[0, n) (8 <= n <= PKT_COPY_MAX): the reply written by direct
+ * access, without a helper call. */
+static __always_inline int pkt_store(struct xdp_md *ctx, __u64 off, const __u8 *mem, __u64 n)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	__u64 t, words;
+	__u8 *d;
+
+	barrier_var(n);
+	barrier_var(off);
+	if (n < 8 || n > PKT_COPY_MAX || off > PKT_OFF_MAX)
+		return -1;
+	barrier_var(off);
+	words = n >> 3;
+	for (__u64 i = 0; i < PKT_COPY_MAX / 8; i++) {
+		__u64 o = i * 8;
+		if (i >= words)
+			break;
+		d = data + (off & PKT_OFF_MAX) + o;
+		barrier_var(d);
+		if ((void *)(d + 8) > end)
+			return -1;
+		*(__u64 *)d = *(const __u64 *)(mem + o);
+	}
+	t = n - 8;
+	barrier_var(t);
+	if (t > PKT_COPY_MAX - 8)
+		return -1;
+	barrier_var(t);
+	d = data + (off & PKT_OFF_MAX) + (t & 2047);
+	barrier_var(d);
+	if ((void *)(d + 8) > end)
+		return -1;
+	*(__u64 *)d = *(const __u64 *)(mem + (t & 2047));
 	return 0;
 }
 

@@ -22,6 +22,7 @@ use crate::{
 };
 pub use crate::{
     opts::AttachOpts,
+    reply_write::ReplyWrite,
     tc::{TcMode, TC_HANDLE, TC_PRIORITY},
     xdp::{XdpAttach, XdpMode},
 };
@@ -218,6 +219,7 @@ fn load_as<'obj>(
             libbpf_sys::BPF_PROG_TYPE_CGROUP_SKB,
             libbpf_sys::BPF_FUNC_get_netns_cookie,
         );
+    let reply_inline = opts.reply_write.inline();
     // Every object compiles bpf/config.h (each has its own generated rodata type, hence a macro).
     macro_rules! set_config {
         ($open:ident, $what:literal) => {{
@@ -237,6 +239,7 @@ fn load_as<'obj>(
             ro.max_amplification = opts.max_amplification;
             ro.no_split = opts.debug_no_split as u32;
             ro.stop_stage = opts.debug_stop_stage;
+            ro.reply_inline = reply_inline as u32;
             ro.coop_mode = opts.cooperative as u32;
             ro.hash_seed = seed;
             ro.netns_cookie = netns_cookie;
@@ -593,6 +596,7 @@ fn attach_one(
         netns: sys::netns_name(),
         netns_cookie: sys::netns_cookie().unwrap_or(0),
         xdp_mode: mode.into(),
+        reply_write: opts.reply_write.chosen().into(),
         xdp_attach: xdp_how.into(),
         xdp_priority: if shared { opts.xdp_priority } else { 0 },
         tc_mode: tc_mode.into(),

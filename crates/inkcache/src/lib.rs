@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod ns;
 pub mod opts;
 pub mod pins;
+pub mod reply_write;
 pub mod skel;
 pub mod stats;
 pub mod status;
@@ -21,7 +22,7 @@ pub mod tc;
 pub mod top;
 pub mod xdp;
 
-pub use attach::{attach, detach, AttachOpts, TcMode, XdpAttach, XdpMode};
+pub use attach::{attach, detach, AttachOpts, ReplyWrite, TcMode, XdpAttach, XdpMode};
 pub use error::Error;
 pub use layout::Layout;
 pub use pins::AttachInfo;
@@ -70,6 +71,7 @@ mod tests {
             (4096, 65536, 262144)
         );
         assert_eq!(o.xdp_mode, crate::XdpMode::Auto);
+        assert_eq!(o.reply_write, crate::ReplyWrite::Auto);
         assert!(!o.debug_no_invalidation && !o.debug_no_split && !o.debug_quarantine_only);
     }
 }

@@ -3,7 +3,10 @@
 use anyhow::Result;
 use ipnet::IpNet;
 
-use crate::{abi::ITEM_CAP, pins, tc::TcMode, xdp, xdp::XdpAttach, xdp::XdpMode, Error};
+use crate::{
+    abi::ITEM_CAP, pins, reply_write::ReplyWrite, tc::TcMode, xdp, xdp::XdpAttach, xdp::XdpMode,
+    Error,
+};
 
 /// What `inkcache attach` does: its command-line options, declared (with their defaults) once
 /// here for the CLI and for library users alike.
@@ -31,6 +34,10 @@ pub struct AttachOpts {
     /// (what xdp-loader does; auto: when the kernel loads freplace programs).
     #[arg(long, value_enum, default_value_t = XdpAttach::Auto)]
     pub xdp_attach: XdpAttach,
+    /// How XDP writes a reply into the frame: one helper call or inline stores (auto: inline
+    /// where the kernel returns through a thunk, e.g. AMD's Safe RET).
+    #[arg(long, value_enum, default_value_t = ReplyWrite::Auto)]
+    pub reply_write: ReplyWrite,
     /// Run priority in an XDP dispatcher (lower runs first; xdp-filter uses 10).
     #[arg(long, default_value_t = xdp::DEFAULT_PRIORITY)]
     pub xdp_priority: u32,

@@ -47,6 +47,9 @@ pub struct AttachInfo {
     pub netns_cookie: u64,
     /// "native" or "generic".
     pub xdp_mode: String,
+    /// How XDP writes replies: "helper" or "inline" (empty in records from before the choice).
+    #[serde(default)]
+    pub reply_write: String,
     pub xdp_prog_id: u32,
     /// The program that walks the requests the server receives (its TCP stream verdict; the UDP
     /// one is in the same object).

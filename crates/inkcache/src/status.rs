@@ -184,6 +184,9 @@ pub fn render(rows: &[StatusRow]) -> String {
             missing(r.hooks_attached),
             missing(r.tc_ingress_attached),
         );
+        if !i.reply_write.is_empty() {
+            let _ = writeln!(o, "  replies     written in XDP by {}", i.reply_write);
+        }
         let _ = writeln!(o, "  ports       {:?}", i.ports);
         let _ = writeln!(o, "  allow       {}", i.allow.join(", "));
         if i.max_amplification > 0 {

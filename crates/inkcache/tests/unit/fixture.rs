@@ -58,7 +58,12 @@ impl Fx {
     /// As `load`, with a cache of `cache_mb` (the measurements that fill many keys: over 1 MB,
     /// the expiry hints table has its production size too, so every key written keeps its hint).
     pub fn load_sized(stop_stage: u32, cache_mb: u32) -> Fx {
-        let opts = AttachOpts {
+        Fx::load_with(stop_stage, cache_mb, |_| {})
+    }
+
+    /// As `load_sized`, with the options `edit` changes.
+    pub fn load_with(stop_stage: u32, cache_mb: u32, edit: impl FnOnce(&mut AttachOpts)) -> Fx {
+        let mut opts = AttachOpts {
             cache_mb,
             quarantine_ms: QUARANTINE_MS,
             max_conns: 64,
@@ -74,6 +79,7 @@ impl Fx {
             any_netns: true,
             ..AttachOpts::default()
         };
+        edit(&mut opts);
         let allow = [
             "198.18.0.0/15".parse().unwrap(),
             "fd00::/8".parse().unwrap(),
