@@ -230,13 +230,24 @@ fn held_back_write(rig: &Rig, write: &[u8]) -> TcpStream {
     writer
 }
 
-/// Reads the held-back connection until `last` ends the stream of answers.
-fn release(mut w: &TcpStream, last: &[u8]) {
-    w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+/// Reads the held-back connection until `last` ends the stream of answers. While it was held, the
+/// server's segments beyond its 4 KiB buffer were dropped, and the server's retransmission timer
+/// backed off (`ss` showed `backoff:2`, `lost:7`): with that buffer every further drop doubles the
+/// wait, which once passed 10 s in CI. So the buffer grows first, and a read that waits 30 s fails
+/// with both sides' socket states.
+fn release(rig: &Rig, mut w: &TcpStream, last: &[u8]) {
+    nix::sys::socket::setsockopt(w, nix::sys::socket::sockopt::RcvBuf, &(4 << 20)).unwrap();
+    w.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut all = Vec::new();
     let mut chunk = vec![0u8; 1 << 20];
     while !all.ends_with(last) {
-        let n = w.read(&mut chunk).unwrap();
+        let n = w.read(&mut chunk).unwrap_or_else(|e| {
+            panic!(
+                "reading the held-back answers after {} bytes: {e}\n{}",
+                all.len(),
+                rig.tcp_sockets()
+            )
+        });
         assert!(n > 0, "connection closed");
         all.extend_from_slice(&chunk[..n]);
     }
@@ -289,7 +300,7 @@ fn a_write_not_yet_applied_blocks_fills_beyond_the_quarantine() {
             fills,
             "{what}: the old value must not be installed"
         );
-        release(&writer, answer);
+        release(&rig, &writer, answer);
         assert_fresh(&rig, &key, what);
         if *what == "flush_all" {
             set(&rig, "big", 0, &vec![b'x'; 512 * 1024]);

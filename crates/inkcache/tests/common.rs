@@ -141,6 +141,24 @@ impl Rig {
             .clone()
     }
 
+    /// Both namespaces' TCP sockets with their timers and windows (`ss -tnio`), for a failure
+    /// message: a stalled transfer says there whether a side waits on a window or a timer.
+    pub fn tcp_sockets(&self) -> String {
+        [&self.pair.server.name, &self.pair.client.name]
+            .iter()
+            .map(|ns| {
+                let out = Command::new("ip")
+                    .args(["netns", "exec", ns, "ss", "-tnio"])
+                    .output();
+                let text = out.map_or_else(
+                    |e| e.to_string(),
+                    |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+                );
+                format!("{ns}:\n{text}")
+            })
+            .collect()
+    }
+
     /// Runs `f` in the client namespace.
     pub fn client<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         self.pair.client.run(f)

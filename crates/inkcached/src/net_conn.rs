@@ -312,6 +312,10 @@ impl Conn {
         let mut reads = 0;
         loop {
             let yielded = self.process(sh, w, limits, tok);
+            // process stops at WBUF_HIGH with requests still to execute; once the flush below has
+            // made room they are executed before anything is read: no event would come for them
+            // if the socket took the whole backlog (no WouldBlock, no writable edge later)
+            let stopped_full = self.backlog() >= WBUF_HIGH && self.rstart < self.rend;
             if self.dropping {
                 self.commit_now(sh, w);
                 let _ = self.flush(sh, w);
@@ -343,6 +347,9 @@ impl Conn {
                 return Status::More;
             }
             reads += 1;
+            if stopped_full {
+                continue;
+            }
             // Make room: compact, then grow if a request needs more than the buffer holds.
             if self.rstart > 0
                 && (self.rend == self.rbuf.len() || self.rstart > self.rbuf.len() / 2)
