@@ -571,6 +571,7 @@ fn attach_one(
 ) -> Result<AttachInfo> {
     let (xprog, iprog) = (progs.xdp, progs.tc_ingress);
     let tc_mode = tc::resolve(opts.tc_mode, t.ifindex)?;
+    let ro = xskel.maps.rodata_data.context("XDP object has no rodata")?;
     // what the interface is (MAC, addresses), for "would the host deliver this?" (bpf/host.h)
     crate::host::publish(&xskel.maps.ifaces, t.ifindex, &t.iface)?;
     // TC ingress first: it only answers what XDP hands over, so it must be there when XDP starts.
@@ -596,7 +597,13 @@ fn attach_one(
         netns: sys::netns_name(),
         netns_cookie: sys::netns_cookie().unwrap_or(0),
         xdp_mode: mode.into(),
-        reply_write: opts.reply_write.chosen().into(),
+        // what the loaded program does, not the option again (auto read the CPU's mitigations)
+        reply_write: if ro.reply_inline != 0 {
+            "inline"
+        } else {
+            "helper"
+        }
+        .into(),
         xdp_attach: xdp_how.into(),
         xdp_priority: if shared { opts.xdp_priority } else { 0 },
         tc_mode: tc_mode.into(),
@@ -619,13 +626,7 @@ fn attach_one(
         settle_max_secs: opts.settle_max_secs,
         cooperative: opts.cooperative,
         coop_seed: if opts.cooperative {
-            Some(
-                xskel
-                    .maps
-                    .rodata_data
-                    .context("XDP object has no rodata")?
-                    .hash_seed,
-            )
+            Some(ro.hash_seed)
         } else {
             None
         },

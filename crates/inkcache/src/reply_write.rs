@@ -30,15 +30,6 @@ impl ReplyWrite {
             }
         }
     }
-
-    /// The way chosen, as `status` shows it.
-    pub fn chosen(self) -> &'static str {
-        if self.inline() {
-            "inline"
-        } else {
-            "helper"
-        }
-    }
 }
 
 /// Whether the kernel returns from every function through a thunk, by its retbleed and SRSO
