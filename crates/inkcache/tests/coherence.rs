@@ -230,11 +230,12 @@ fn held_back_write(rig: &Rig, write: &[u8]) -> TcpStream {
     writer
 }
 
-/// Reads the held-back connection until `last` ends the stream of answers. While it was held, the
-/// server's segments beyond its 4 KiB buffer were dropped, and the server's retransmission timer
-/// backed off (`ss` showed `backoff:2`, `lost:7`): with that buffer every further drop doubles the
-/// wait, which once passed 10 s in CI. So the buffer grows first, and a read that waits 30 s fails
-/// with both sides' socket states.
+/// Reads the held-back connection until `last` ends the stream of answers. The client's buffer
+/// grows first. Held at 4 KiB, it dropped the server's segments and the server's retransmission
+/// timer backed off (`ss` showed `backoff:2`, `lost:7`), a wait that doubles with each further
+/// drop. Grown, the answers come as fast as the server writes them, which showed inkcached
+/// stalling with 4 MiB of answers queued (net_conn.rs `drive`). A read that waits 30 s fails with
+/// both sides' socket states.
 fn release(rig: &Rig, mut w: &TcpStream, last: &[u8]) {
     nix::sys::socket::setsockopt(w, nix::sys::socket::sockopt::RcvBuf, &(4 << 20)).unwrap();
     w.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
