@@ -12,9 +12,11 @@
 # measurement's keys) is slower: the medians are not moved by a few such. Usage (root; the binaries
 # from `cargo test --release -p inkcache --test bpf_unit --no-run` of each build):
 #   scripts/cost-ab.sh BPF_UNIT_A BPF_UNIT_B [TEST] [ROUNDS]    (defaults: hot_hit_cost, 40)
-# Each build is stopped after COST_AB_TIMEOUT seconds (default 600).
+# Each build is stopped after COST_AB_TIMEOUT seconds (default 600). Takes lib.sh's bench_lock.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
+. "$(dirname "$0")/lib.sh"
+bench_lock
 A=$1 B=$2 TEST=${3:-hot_hit_cost}
 export COST_ROUNDS=${4:-40}
 OUT=$(mktemp -d)

@@ -48,13 +48,22 @@ elif [ "${BUSY:-0}" != 0 ]; then
 fi
 
 XDP_PROGS=${XDP_PROGS:-inkcache_xdp}
-prog_stats() { # "run_time_ns run_cnt": the run time of PROGS, the runs of XDP_PROGS
+prog_stats() { # "run_time_ns run_cnt": the run time of PROGS, the runs of XDP_PROGS, of the
+    # programs attached to SIF only (XDP and TC): not another attachment's of the same names
+    local ids
+    ids=$(ip netns exec "$SRV" bpftool -j net show dev "$SIF" | python3 -c 'import json, sys
+ids = set()
+for top in json.load(sys.stdin):
+    for kind in ("xdp", "tc", "tcx"):
+        for o in top.get(kind) or []:
+            ids.update(o[k] for k in ("id", "prog_id") if k in o)
+print(*sorted(ids))')
     bpftool prog show -j | python3 -c 'import json, sys
-progs = json.load(sys.stdin)
+progs = [p for p in json.load(sys.stdin) if str(p["id"]) in sys.argv[3].split()]
 names, entries = sys.argv[1].split(), sys.argv[2].split()
 t = sum(p.get("run_time_ns", 0) for p in progs if p.get("name") in names)
 n = sum(p.get("run_cnt", 0) for p in progs if p.get("name") in entries)
-print(t, n)' "${PROGS:-$XDP_PROGS}" "$XDP_PROGS"
+print(t, n)' "${PROGS:-$XDP_PROGS}" "$XDP_PROGS" "$ids"
 }
 counters() { # "hits misses slot_hits promoted" of the attachment, as CLI $1 reports them
     "$1" --netns "$SRV" stats --iface "$SIF" --json | python3 -c 'import json, sys

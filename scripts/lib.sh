@@ -26,13 +26,27 @@ pin_napi() {
     [ "$n" -gt 0 ] || { echo "no napi/$1-N thread (is threaded NAPI on?)" >&2; return 1; }
 }
 
-# pinned_memcached TAG MB: the benchmark topology of shared/GUIDE.md section 2. Sets SRV, CLI,
-# SIF, CIF (named from TAG and the script's pid), OUT (a scratch directory) and MCPID: server
-# and client namespaces, a pass-through XDP program on the client end, stock memcached -t 1 with
-# MB megabytes on CPU1 in the server namespace. On exit it stops memcached, detaches inkcache from
+# bench_lock: one timed measurement at a time on this machine. They read machine-wide counters
+# (bpf_stats, /proc/stat) and time work on one pinned CPU, so two at once would make each
+# other's numbers wrong, and the first to finish would turn bpf_stats off under the other. The
+# second one fails at once instead (the lock is released when the script exits).
+BENCH_LOCK=${BENCH_LOCK:-/run/lock/inkcache-bench.lock}
+bench_lock() {
+    exec 9> "$BENCH_LOCK"
+    flock -n 9 || {
+        echo "$(basename "$0"): another timed measurement holds $BENCH_LOCK; wait for it" >&2
+        exit 1
+    }
+}
+
+# pinned_memcached TAG MB: the benchmark topology of shared/GUIDE.md section 2, after taking
+# bench_lock. Sets SRV, CLI, SIF, CIF (named from TAG and the script's pid), OUT (a scratch
+# directory) and MCPID: server and client namespaces, a pass-through XDP program on the client
+# end, stock memcached -t 1 with MB megabytes on CPU1 in the server namespace. On exit it stops memcached, detaches inkcache from
 # SIF, removes the namespaces and OUT, after running `cleanup_extra` if the script defines one.
 pinned_memcached() {
     local id=$$
+    bench_lock
     SRV=ink$1-s$id CLI=ink$1-c$id SIF=i$1s$id CIF=i$1c$id
     MCPID=""
     OUT=$(mktemp -d)
