@@ -29,8 +29,12 @@ pin_napi() {
 # bench_lock: one timed measurement at a time on this machine. They read machine-wide counters
 # (bpf_stats, /proc/stat) and time work on one pinned CPU, so two at once would make each
 # other's numbers wrong, and the first to finish would turn bpf_stats off under the other. The
-# second one fails at once instead (the lock is released when the script exits).
-BENCH_LOCK=${BENCH_LOCK:-/run/lock/inkcache-bench.lock}
+# second one fails at once instead (the lock is released when the script exits). `inklab paper`
+# and `inklab pagewalk` take the same lock and wait for it (crates/inklab/src/lock.rs).
+if [ -z "${BENCH_LOCK:-}" ]; then
+    BENCH_LOCK=/run/lock/inkcache-bench.lock
+    [ -d /run/lock ] || BENCH_LOCK=/tmp/inkcache-bench.lock
+fi
 bench_lock() {
     exec 9> "$BENCH_LOCK"
     flock -n 9 || {

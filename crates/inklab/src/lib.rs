@@ -23,6 +23,7 @@
 //! its counters read through the inkcache library.
 
 mod cost;
+pub mod lock;
 pub mod pagewalk;
 mod plots;
 mod report;

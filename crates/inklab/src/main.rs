@@ -52,6 +52,7 @@ fn cmd_pagewalk(a: &PagewalkArgs) -> Result<()> {
         runs: a.runs,
         cpu: a.cpu,
     };
+    let _lock = inklab::lock::bench_lock()?;
     let rows = inklab::pagewalk::pagewalk(&o)?;
     print!("{}", inklab::pagewalk::table(&o, &rows));
     Ok(())
@@ -130,7 +131,10 @@ fn cmd_paper(a: &PaperArgs) -> Result<()> {
     o.keys = a.keys;
     let res = match &a.from_json {
         Some(f) => inklab::rewrite(f, &o.out)?,
-        None => inklab::paper(&o)?,
+        None => {
+            let _lock = inklab::lock::bench_lock()?;
+            inklab::paper(&o)?
+        }
     };
     print!("{}", inklab::summary(&res));
     println!(
