@@ -40,16 +40,17 @@ cleanup_extra() {
 }
 if [ "${BUSY:-0}" = yield ]; then
     taskset -c 1 chrt -i 0 python3 -c 'import os
-while True: os.sched_yield()' &
+while True: os.sched_yield()' 9>&- &
     SPIN=$!
 elif [ "${BUSY:-0}" != 0 ]; then
-    taskset -c 1 chrt -i 0 bash -c 'while :; do :; done' &
+    taskset -c 1 chrt -i 0 bash -c 'while :; do :; done' 9>&- &
     SPIN=$!
 fi
 
 XDP_PROGS=${XDP_PROGS:-inkcache_xdp}
-prog_stats() { # "run_time_ns run_cnt": the run time of PROGS, the runs of XDP_PROGS, of the
-    # programs attached to SIF only (XDP and TC): not another attachment's of the same names
+prog_stats() { # "run_time_ns run_cnt": the run time of PROGS, the runs of XDP_PROGS, of this
+    # attachment's programs only, not another's of the same names: those attached to SIF (that
+    # bpftool lists: XDP, clsact) and those sharing their maps (tcx links, which it does not)
     local ids
     ids=$(ip netns exec "$SRV" bpftool -j net show dev "$SIF" | python3 -c 'import json, sys
 ids = set()
@@ -59,7 +60,9 @@ for top in json.load(sys.stdin):
             ids.update(o[k] for k in ("id", "prog_id") if k in o)
 print(*sorted(ids))')
     bpftool prog show -j | python3 -c 'import json, sys
-progs = [p for p in json.load(sys.stdin) if str(p["id"]) in sys.argv[3].split()]
+progs, attached = json.load(sys.stdin), set(map(int, sys.argv[3].split()))
+maps = {m for p in progs if p["id"] in attached for m in p.get("map_ids", [])}
+progs = [p for p in progs if p["id"] in attached or maps & set(p.get("map_ids", []))]
 names, entries = sys.argv[1].split(), sys.argv[2].split()
 t = sum(p.get("run_time_ns", 0) for p in progs if p.get("name") in names)
 n = sum(p.get("run_cnt", 0) for p in progs if p.get("name") in entries)

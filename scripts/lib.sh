@@ -36,6 +36,7 @@ if [ -z "${BENCH_LOCK:-}" ]; then
     [ -d /run/lock ] || BENCH_LOCK=/tmp/inkcache-bench.lock
 fi
 bench_lock() {
+    # fd 9 holds it; long-lived children start with 9>&-, so one left behind does not keep it
     exec 9> "$BENCH_LOCK"
     flock -n 9 || {
         echo "$(basename "$0"): another timed measurement holds $BENCH_LOCK; wait for it" >&2
@@ -46,8 +47,9 @@ bench_lock() {
 # pinned_memcached TAG MB: the benchmark topology of shared/GUIDE.md section 2, after taking
 # bench_lock. Sets SRV, CLI, SIF, CIF (named from TAG and the script's pid), OUT (a scratch
 # directory) and MCPID: server and client namespaces, a pass-through XDP program on the client
-# end, stock memcached -t 1 with MB megabytes on CPU1 in the server namespace. On exit it stops memcached, detaches inkcache from
-# SIF, removes the namespaces and OUT, after running `cleanup_extra` if the script defines one.
+# end, stock memcached -t 1 with MB megabytes on CPU1 in the server namespace. On exit it stops
+# memcached, detaches inkcache from SIF, removes the namespaces and OUT, after running
+# `cleanup_extra` if the script defines one.
 pinned_memcached() {
     local id=$$
     bench_lock
@@ -57,7 +59,7 @@ pinned_memcached() {
     trap pinned_memcached_cleanup EXIT
     netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
     "$BIN/inkcache" --netns "$CLI" veth-peer --iface "$CIF"
-    ip netns exec "$SRV" taskset -c 1 memcached -u root -p 11211 -U 11211 -t 1 -m "$2" &
+    ip netns exec "$SRV" taskset -c 1 memcached -u root -p 11211 -U 11211 -t 1 -m "$2" 9>&- &
     MCPID=$!
     sleep 0.5
 }
