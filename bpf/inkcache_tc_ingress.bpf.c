@@ -56,7 +56,7 @@ __noinline int skb_to_datagram(struct __sk_buff *skb, __u32 len)
 		return 1;
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
-	ck_off = reply_headers(data, data_end, &p, len, &pseudo, &body);
+	ck_off = reply_headers(data, data_end, &p, len, 0, &pseudo, &body);
 	if (ck_off < 0)
 		return -1;
 	body = csum_add(body, reply_payload_sum(s, len));

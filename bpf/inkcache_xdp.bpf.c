@@ -141,7 +141,7 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct xdp_room *room
 	__u32 frame_len = data_end - data;
 	__u32 new_len = mc_off + out_len;
 	int delta = (int)new_len - (int)frame_len;
-	__u32 pseudo, udp_sum;
+	__u32 pseudo, udp_sum, src = 0;
 	int ck_off;
 
 	if (mc_off < 42 || mc_off > 120 || out_len > DGRAM_MAX || out_len < UDP_HDR_MC)
@@ -166,7 +166,16 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct xdp_room *room
 		 * access: they are in the linear part) */
 		if (pkt_move_down(ctx, delta, hl))
 			return -1; /* cannot happen: the head just grew by delta */
+		/* the headers read where they were, if the copy left them whole */
+		if ((__u32)delta >= hl)
+			src = delta;
 	}
+	/* the headers before the payload: it may overwrite where they were */
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	ck_off = reply_headers(data, data_end, p, out_len, src, &pseudo, &udp_sum);
+	if (ck_off < 0)
+		return -1;
 	/* out_len is 8..1400 (checked above); restate it so the verifier sees the bound */
 	barrier_var(out_len);
 	__u32 n = ((out_len - 1) & 2047) + 1;
@@ -177,9 +186,6 @@ static __always_inline int build_reply(struct xdp_md *ctx, struct xdp_room *room
 
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	ck_off = reply_headers(data, data_end, p, out_len, &pseudo, &udp_sum);
-	if (ck_off < 0)
-		return -1;
 	__u16 *ck = data + (ck_off & 127);
 	if ((void *)(ck + 1) > data_end)
 		return -1;

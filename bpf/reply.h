@@ -319,74 +319,96 @@ static __always_inline __u32 reply_payload_sum(struct scratch *s, __u32 out_len)
 	return sum;
 }
 
-/* Turns the request's headers at [data, data_end) (parsed into p) into the reply's: MAC, IP
- * addresses and ports swapped, lengths for a UDP payload of out_len bytes, TTL/hop limit 64, IPv4
- * header checksum (updated, not summed again: the headers are a request's that host_delivers
- * checked, or a reply's this function wrote). The UDP checksum is left to the caller: *pseudo gets
- * the pseudo header's sum, *udp_sum the UDP header's (checksum field as 0); both in memory order.
- * Returns the offset of the UDP checksum field, or -1 if the headers are not where p says. */
-static __always_inline int reply_headers(void *data, void *data_end, struct pkt *p, __u32 out_len,
-					 __u32 *pseudo, __u32 *udp_sum)
+/* Sum (csum.h) of the 16-bit words of a 32-bit value as it lies in memory. */
+static __always_inline __u32 word_sum32(__u32 v)
 {
-	struct ethhdr *eth = data;
-	struct udphdr *udp;
+	return (v & 0xffff) + (v >> 16);
+}
+
+/* Writes the reply's headers at [data, data_end) (parsed into p) from the request's, read at
+ * `src` bytes further on: 0 where they are in place, or how far the head grew when they were
+ * copied down and their first copy is still whole (pkt_move_down; the copy's words then need not
+ * be read back while its stores are in flight: a load spanning two of them waits for both to
+ * reach the cache, and a grown head's line is usually another CPU's). MAC, IP addresses and ports
+ * swapped, lengths for a UDP payload of out_len bytes, TTL/hop limit 64, IPv4 header checksum
+ * (updated, not summed again: the headers are a request's that host_delivers checked, or a
+ * reply's this function wrote); every other byte is left as it is at data. Reads every field it
+ * needs before writing it and never reads what it wrote. The UDP checksum is left to the caller:
+ * *pseudo gets the pseudo header's sum, *udp_sum the UDP header's (checksum field as 0); both in
+ * memory order. Returns the offset of the UDP checksum field, or -1 if the headers are not where
+ * p says. */
+static __always_inline int reply_headers(void *data, void *data_end, struct pkt *p, __u32 out_len,
+					 __u32 src, __u32 *pseudo, __u32 *udp_sum)
+{
+	void *from = data + (src & 511);
+	struct ethhdr *eth = data, *seth = from;
+	struct udphdr *udp, *sudp;
 	__u32 ulen = 8 + out_len, sum, l3 = p->l3_off & 63, d4, s4;
-	__u16 d2, s2;
+	__u16 d2, s2, len16 = bpf_htons(ulen), sport, dport;
 
 	barrier_var(l3); /* one register: p may live in map memory */
-	if ((void *)(eth + 1) > data_end)
+	if ((void *)(eth + 1) > data_end || (void *)(seth + 1) > data_end)
 		return -1;
 	/* the MACs swapped by 4- and 2-byte words (cast through void *: a memcpy of the byte
 	 * arrays is compiled to byte loads and stores) */
-	d4 = *(__u32 *)(void *)eth->h_dest;
-	d2 = *(__u16 *)(void *)(eth->h_dest + 4);
-	s4 = *(__u32 *)(void *)eth->h_source;
-	s2 = *(__u16 *)(void *)(eth->h_source + 4);
+	d4 = *(__u32 *)(void *)seth->h_dest;
+	d2 = *(__u16 *)(void *)(seth->h_dest + 4);
+	s4 = *(__u32 *)(void *)seth->h_source;
+	s2 = *(__u16 *)(void *)(seth->h_source + 4);
 	*(__u32 *)(void *)eth->h_dest = s4;
 	*(__u16 *)(void *)(eth->h_dest + 4) = s2;
 	*(__u32 *)(void *)eth->h_source = d4;
 	*(__u16 *)(void *)(eth->h_source + 4) = d2;
 
 	if (!p->ipv6) {
-		struct iphdr *ip = data + l3;
+		struct iphdr *ip = data + l3, *sip = from + l3;
 		barrier_var(ip); /* one pointer for the bound check and the accesses */
-		if ((void *)(ip + 1) > data_end)
+		barrier_var(sip);
+		if ((void *)(ip + 1) > data_end || (void *)(sip + 1) > data_end)
 			return -1;
-		__be32 a = ip->saddr;
-		__u16 *ttl_proto = (__u16 *)&ip->ttl;
+		__be32 sa = sip->saddr, da = sip->daddr;
+		__u16 ttl_proto = *(__u16 *)&sip->ttl, tot = bpf_htons(sizeof(*ip) + ulen);
 		/* the header checksum updated for the two words that change (RFC 1624, eqn. 3):
 		 * the request's was checked (host.h), and swapping the addresses keeps the sum */
-		__u32 hc = (__u16)~ip->check + (__u16)~ip->tot_len + (__u16)~*ttl_proto;
-		ip->saddr = ip->daddr;
-		ip->daddr = a;
-		ip->tot_len = bpf_htons(sizeof(*ip) + ulen);
-		ip->ttl = 64;
-		ip->check = csum_fold(hc + ip->tot_len + *ttl_proto);
-		sum = csum_words((__u16 *)&ip->saddr, 4);
+		__u32 hc = (__u16)~sip->check + (__u16)~sip->tot_len + (__u16)~ttl_proto;
+		/* the TTL is the word's first byte in memory, the protocol its second */
+		ttl_proto = bpf_htons((__u16)(64 << 8)) | (ttl_proto & bpf_htons(0xff));
+		ip->saddr = da;
+		ip->daddr = sa;
+		ip->tot_len = tot;
+		*(__u16 *)&ip->ttl = ttl_proto;
+		ip->check = csum_fold(hc + tot + ttl_proto);
+		sum = word_sum32(sa) + word_sum32(da);
 		udp = (void *)(ip + 1);
+		sudp = (void *)(sip + 1);
 	} else {
-		struct ipv6hdr *ip6 = data + l3;
+		struct ipv6hdr *ip6 = data + l3, *sip6 = from + l3;
 		barrier_var(ip6);
-		if ((void *)(ip6 + 1) > data_end)
+		barrier_var(sip6);
+		if ((void *)(ip6 + 1) > data_end || (void *)(sip6 + 1) > data_end)
 			return -1;
-		struct in6_addr a = ip6->saddr;
-		ip6->saddr = ip6->daddr;
-		ip6->daddr = a;
-		ip6->payload_len = bpf_htons(ulen);
+		struct in6_addr sa = sip6->saddr, da = sip6->daddr;
+		ip6->saddr = da;
+		ip6->daddr = sa;
+		ip6->payload_len = len16;
 		ip6->hop_limit = 64;
-		sum = csum_words((__u16 *)&ip6->saddr, 16);
+		sum = 0;
+		for (int i = 0; i < 4; i++)
+			sum += word_sum32(sa.in6_u.u6_addr32[i]) + word_sum32(da.in6_u.u6_addr32[i]);
 		udp = (void *)(ip6 + 1);
+		sudp = (void *)(sip6 + 1);
 	}
-	if ((void *)(udp + 1) > data_end)
+	if ((void *)(udp + 1) > data_end || (void *)(sudp + 1) > data_end)
 		return -1;
-	__be16 port = udp->source;
-	udp->source = udp->dest;
-	udp->dest = port;
-	udp->len = bpf_htons(ulen);
+	sport = sudp->source;
+	dport = sudp->dest;
+	udp->source = dport;
+	udp->dest = sport;
+	udp->len = len16;
 	udp->check = 0;
 	/* pseudo header: addresses, protocol, UDP length (IPv6's 32-bit length sums the same) */
-	*pseudo = csum_add(sum, bpf_htons(IPPROTO_UDP) + udp->len);
-	*udp_sum = csum_words((__u16 *)udp, 4);
+	*pseudo = csum_add(sum, bpf_htons(IPPROTO_UDP) + len16);
+	*udp_sum = (__u32)sport + dport + len16;
 	return l3 + (p->ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr)) +
 	       __builtin_offsetof(struct udphdr, check);
 }

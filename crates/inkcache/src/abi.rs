@@ -51,6 +51,8 @@ unsafe impl Pod for crate::skel::xdp::types::ink_way {}
 unsafe impl Pod for crate::skel::xdp::types::ink_conn {}
 // SAFETY: as above.
 unsafe impl Pod for crate::skel::xdp::types::ink_iface {}
+// SAFETY: as above.
+unsafe impl Pod for crate::skel::xdp::types::xdp_room {}
 
 /// The bytes of a map value.
 pub fn bytes_of<T: Pod>(v: &T) -> &[u8] {

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use inkcache::{
     abi,
     attach::{load, Loaded, ObjStorage},
-    skel::xdp::types::{ink_global, ink_iface},
+    skel::xdp::types::{ink_global, ink_iface, xdp_room},
     AttachOpts, Stats,
 };
 use std::os::fd::{AsFd, AsRawFd};
@@ -150,12 +150,36 @@ impl Fx {
                 .update_percpu(&i.to_ne_bytes(), &zero, MapFlags::ANY)
                 .unwrap();
         }
+        self.set_room(&xdp_room::default());
         let mut g = self.global();
         g = ink_global {
             realtime_off_ns: g.realtime_off_ns,
             ..Default::default()
         };
         self.set_global(&g);
+    }
+
+    /// What XDP knows of the test runs' interface's frames (its `xdp_room` slot, every CPU's).
+    /// `no_tail` set: the frames have no tailroom, and replies grow at the head (as on veth).
+    pub fn set_room(&self, r: &xdp_room) {
+        let m = &self.l.xdp.maps.xdp_room;
+        let cpus = libbpf_rs::num_possible_cpus().unwrap();
+        let v = vec![abi::bytes_of(r).to_vec(); cpus];
+        m.update_percpu(&1u32.to_ne_bytes(), &v, MapFlags::ANY)
+            .unwrap();
+    }
+
+    /// The `xdp_room` slot of the test runs' interface, summed over the CPUs' `skips` (replies
+    /// grown at the head since the tail was last tried).
+    pub fn room_skips(&self) -> u64 {
+        let m = &self.l.xdp.maps.xdp_room;
+        let v = m
+            .lookup_percpu(&1u32.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .unwrap();
+        v.iter()
+            .map(|b| abi::from_bytes::<xdp_room>(b).unwrap().skips as u64)
+            .sum()
     }
 
     pub fn global(&self) -> ink_global {

@@ -2,6 +2,7 @@
 //! the requests that must pass to the server untouched.
 use super::packet::{mc_frame, vlan_ids};
 use super::*;
+use inkcache::skel::xdp::types::xdp_room;
 use inkcache::ReplyWrite;
 
 #[test]
@@ -72,6 +73,34 @@ fn both_ways_of_writing_a_reply_give_the_same_bytes() {
         let st = f.stats();
         assert_eq!(st.hits, 2 * 47, "{way:?}: {st:?}");
     }
+}
+
+/// Where frames have no tailroom (veth, generic XDP), a reply grows at the head: its headers are
+/// copied down, then rewritten from where they were if the copy left them whole (a growth of at
+/// least their length), else from the copy. Either way, memcached's bytes and valid checksums.
+#[test]
+fn replies_grown_at_the_head_are_memcacheds_bytes() {
+    let f = fx();
+    f.set_room(&xdp_room {
+        ifindex: 1,
+        no_tail: 1,
+        ..Default::default()
+    });
+    let mut n = 0;
+    for (ip, fl) in [(4, Flow::v4()), (6, Flow::v6())] {
+        // growths from under the headers' length (42 and 62 bytes) to well over it, within the
+        // test frame's headroom
+        for len in [0, 1, 10, 20, 26, 27, 32, 40, 47, 64, 100, 150] {
+            let key = format!("h{ip}-{len}");
+            let v: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
+            f.fill(&fl, &key, len as u32, &v);
+            f.assert_hit(&fl, &key, len as u32, &v);
+            n += 1;
+        }
+    }
+    // every reply was grown at the head: each counted a skip of the tail
+    assert_eq!(f.room_skips(), n, "replies grown at the head");
+    assert_eq!(f.stats().hits, n);
 }
 
 #[test]
