@@ -47,4 +47,16 @@ static __always_inline __u32 csum_at(__u64 acc, __u32 off)
 	return (__u32)acc;
 }
 
+/* Sum of the 16-bit words of an address as it lies in memory (IPv4: its last 4 bytes, as
+ * struct pkt keeps it). */
+static __always_inline __u32 addr_sum(const __u8 *a, int v6)
+{
+	const __u16 *w = (const __u16 *)a;
+	__u32 sum = w[6] + w[7];
+
+	if (v6)
+		sum += w[0] + w[1] + w[2] + w[3] + w[4] + w[5];
+	return sum;
+}
+
 #endif

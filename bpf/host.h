@@ -79,17 +79,6 @@ static __always_inline int ipv4_sum_ok(void *data, void *data_end, const struct 
 	return csum_fold(csum_words(ip, 10)) == 0;
 }
 
-/* Sum of the 16-bit words of an address as it lies in memory (IPv4: its last 4 bytes). */
-static __always_inline __u32 addr_sum(const __u8 *a, int v6)
-{
-	const __u16 *w = (const __u16 *)a;
-	__u32 sum = w[6] + w[7];
-
-	if (v6)
-		sum += w[0] + w[1] + w[2] + w[3] + w[4] + w[5];
-	return sum;
-}
-
 /* The UDP checksum of the request: pseudo header and UDP header from what parsing kept (struct
  * pkt), the memcached frame header's sum `fsum` (its words as they lie in the packet), the
  * request's sum as XDP took it when it copied the request (scratch.rq). Sums are in memory order

@@ -319,12 +319,6 @@ static __always_inline __u32 reply_payload_sum(struct scratch *s, __u32 out_len)
 	return sum;
 }
 
-/* Sum (csum.h) of the 16-bit words of a 32-bit value as it lies in memory. */
-static __always_inline __u32 word_sum32(__u32 v)
-{
-	return (v & 0xffff) + (v >> 16);
-}
-
 /* Writes the reply's headers at [data, data_end) (parsed into p) from the request's, read at
  * `src` bytes further on: 0 where they are in place, or how far the head grew when they were
  * copied down and their first copy is still whole (pkt_move_down; the copy's words then need not
@@ -378,7 +372,6 @@ static __always_inline int reply_headers(void *data, void *data_end, struct pkt 
 		ip->tot_len = tot;
 		*(__u16 *)&ip->ttl = ttl_proto;
 		ip->check = csum_fold(hc + tot + ttl_proto);
-		sum = word_sum32(sa) + word_sum32(da);
 		udp = (void *)(ip + 1);
 		sudp = (void *)(sip + 1);
 	} else {
@@ -392,14 +385,13 @@ static __always_inline int reply_headers(void *data, void *data_end, struct pkt 
 		ip6->daddr = sa;
 		ip6->payload_len = len16;
 		ip6->hop_limit = 64;
-		sum = 0;
-		for (int i = 0; i < 4; i++)
-			sum += word_sum32(sa.in6_u.u6_addr32[i]) + word_sum32(da.in6_u.u6_addr32[i]);
 		udp = (void *)(ip6 + 1);
 		sudp = (void *)(sip6 + 1);
 	}
 	if ((void *)(udp + 1) > data_end || (void *)(sudp + 1) > data_end)
 		return -1;
+	/* the addresses as parsing kept them: the request's, swapped (the sum is the same) */
+	sum = addr_sum(p->saddr, p->ipv6) + addr_sum(p->daddr, p->ipv6);
 	sport = sudp->source;
 	dport = sudp->dest;
 	udp->source = dport;
