@@ -32,10 +32,8 @@ KEYS=${KEYS:-100000}
 VALUE_SIZE=${VALUE_SIZE:-32}
 [ $# -gt 0 ] || set -- "$BIN/inkcache"
 pinned_memcached hc 1024
-STATS_WAS=$(cat /proc/sys/kernel/bpf_stats_enabled)
 SPIN=
 cleanup_extra() {
-    echo "$STATS_WAS" > /proc/sys/kernel/bpf_stats_enabled
     [ -z "$SPIN" ] || kill "$SPIN" 2> /dev/null || true
 }
 if [ "${BUSY:-0}" = yield ]; then
@@ -109,7 +107,7 @@ learn() { # every key into the kernel cache of CLI $1: a 10-second pass of unifo
 ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:11211 --proto tcp --get-ratio 0 \
     --keys $KEYS --key-size 32 --value-size $VALUE_SIZE --duration 1s --preload --no-server-stats \
     --json > /dev/null
-echo 1 > /proc/sys/kernel/bpf_stats_enabled
+bpf_stats_hold
 for round in $(seq "$ROUNDS"); do
     for ink in "$@"; do
         "$ink" --netns "$SRV" attach --iface "$SIF" --port 11211 --cache-mb "$CACHE_MB" > /dev/null

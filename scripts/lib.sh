@@ -44,6 +44,32 @@ bench_lock() {
     }
 }
 
+# bpf_stats_hold: the kernel's BPF run-time statistics on until this script ends, held by
+# scripts/bpf-stats-hold.py (an fd from BPF_ENABLE_STATS; the kernel turns them off when the holder
+# exits, which it does when this script does, however it ends). Not kernel.bpf_stats_enabled: a
+# run that saves and restores the sysctl around another's can leave it on for every program on
+# the host (docs/results/hitcost.md, twenty-third run). Sets STATS_HOLDER (its pid).
+bpf_stats_hold() {
+    local ready
+    ready=$(mktemp)
+    python3 "$(dirname "${BASH_SOURCE[0]}")/bpf-stats-hold.py" > "$ready" 9>&- &
+    STATS_HOLDER=$!
+    for _ in $(seq 100); do
+        [ -s "$ready" ] || ! kill -0 "$STATS_HOLDER" 2> /dev/null && break
+        sleep 0.05
+    done
+    grep -q ready "$ready" || {
+        rm -f "$ready"
+        echo "$(basename "$0"): could not turn on the BPF run-time statistics" >&2
+        exit 1
+    }
+    rm -f "$ready"
+}
+
+bpf_stats_release() {
+    [ -z "${STATS_HOLDER:-}" ] || kill "$STATS_HOLDER" 2> /dev/null || true
+}
+
 # pinned_memcached TAG MB: the benchmark topology of shared/GUIDE.md section 2, after taking
 # bench_lock. Sets SRV, CLI, SIF, CIF (named from TAG and the script's pid), OUT (a scratch
 # directory) and MCPID: server and client namespaces, a pass-through XDP program on the client
@@ -67,6 +93,7 @@ pinned_memcached() {
 pinned_memcached_cleanup() {
     set +e
     declare -F cleanup_extra >/dev/null && cleanup_extra
+    bpf_stats_release
     [ -n "$MCPID" ] && kill "$MCPID" 2>/dev/null && wait "$MCPID" 2>/dev/null
     "$BIN/inkcache" --netns "$SRV" detach --iface "$SIF" >/dev/null 2>&1
     netns_del "$SRV" "$CLI"

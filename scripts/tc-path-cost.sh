@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # eBPF cost per request of a ~1 KB hit answered in XDP (the frame has room) and on the skb path
 # (veth: no room, XDP hands it to TC ingress), from the kernel's own accounting
-# (kernel.bpf_stats_enabled: run_time_ns / run_cnt of each program), plus a small XDP hit and a
+# (its BPF run-time statistics: run_time_ns / run_cnt of each program), plus a small XDP hit and a
 # miss for reference. Requests are raw frames (scripts/raw_gets.py): the same request unpadded
 # (TC path) or padded with 1100 bytes after the IP packet (the reply fits the frame: XDP path).
 # ROUNDS rounds (default 5) of N requests (default 20000) per case; prints medians.
@@ -10,11 +10,9 @@ set -euo pipefail
 BIN=${BIN:-target/release}
 ROUNDS=${ROUNDS:-5}
 N=${N:-20000}
-STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
-cleanup_extra() { sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"; }
 pinned_memcached tc 64
 "$BIN/inkcache" --netns "$SRV" attach --iface "$SIF" --quarantine-ms 50 >/dev/null
-sysctl -qw kernel.bpf_stats_enabled=1
+bpf_stats_hold
 PINS=/sys/fs/bpf/inkcache/$SIF@$SRV
 MAC=$(ip netns exec "$SRV" cat "/sys/class/net/$SIF/address")
 RAW="python3 $(dirname "$0")/raw_gets.py"

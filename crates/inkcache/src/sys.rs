@@ -165,6 +165,34 @@ pub fn cgroup2_root() -> Result<std::path::PathBuf> {
     Ok(dir.into())
 }
 
+/// The sysctl that turns the kernel's BPF run-time statistics on for every program.
+pub const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// Turns on the kernel's BPF run-time statistics (each program's run_cnt and run_time_ns) for as
+/// long as the returned fd is open (BPF_ENABLE_STATS). Unlike `kernel.bpf_stats_enabled`, they go
+/// off when the process ends, however it ends, and two holders cannot undo each other: a run
+/// that saved and restored the sysctl around another's could leave it on, and every BPF program
+/// on the host then pays two clock reads per run (~70 ns on the AMD VM of
+/// docs/results/hitcost.md, twenty-third run).
+pub fn bpf_stats_hold() -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: bpf_enable_stats takes an enum value and returns a new fd or a negative errno.
+    let fd = unsafe {
+        libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::from_raw_os_error(-fd))
+            .context("turning on BPF run-time statistics (BPF_ENABLE_STATS)");
+    }
+    // SAFETY: the fd was just created for us and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether `kernel.bpf_stats_enabled` is on (the statistics held by an fd do not show there).
+pub fn bpf_stats_sysctl_on() -> bool {
+    fs::read_to_string(BPF_STATS_SYSCTL).is_ok_and(|v| v.trim() == "1")
+}
+
 #[cfg(test)]
 mod tests {
     /// A namespace whose loopback is down (as `ip netns add` makes it) and with an address still

@@ -5,8 +5,6 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::topology::read_trim;
-
 /// CPU counters at one instant: the server CPU's line of /proc/stat and the server tasks' times.
 pub(crate) struct CpuSnap {
     pub(crate) busy_ns: u64,
@@ -83,29 +81,46 @@ impl CpuSnap {
     }
 }
 
-/// `kernel.bpf_stats_enabled=1` while alive; the previous value restored on drop.
+/// The kernel's BPF run-time statistics, on while alive (an fd: `inkcache::sys::bpf_stats_hold`).
 pub(crate) struct BpfStats {
-    pub(crate) prev: String,
+    _fd: std::os::fd::OwnedFd,
 }
-
-pub(crate) const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 impl BpfStats {
     pub(crate) fn enable() -> Result<Self> {
-        let prev = read_trim(BPF_STATS);
-        std::fs::write(BPF_STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
-        Ok(BpfStats { prev })
+        Ok(BpfStats {
+            _fd: inkcache::sys::bpf_stats_hold()?,
+        })
     }
 }
 
-impl Drop for BpfStats {
+/// `kernel.bpf_stats_enabled` off while alive if it was on (left on by an earlier run, most
+/// likely: every BPF program then pays two clock reads per run, the echo floor's and the kernel
+/// cache's alike), said on stderr; the value restored on drop.
+pub(crate) struct StatsSysctlOff {
+    was_on: bool,
+}
+
+impl StatsSysctlOff {
+    pub(crate) fn new() -> Result<Self> {
+        let was_on = inkcache::sys::bpf_stats_sysctl_on();
+        if was_on {
+            eprintln!(
+                "inklab: kernel.bpf_stats_enabled was 1 (every BPF program pays two clock reads a \
+                 run); turned off while measuring, set again after"
+            );
+            std::fs::write(inkcache::sys::BPF_STATS_SYSCTL, "0")
+                .context("turning kernel.bpf_stats_enabled off")?;
+        }
+        Ok(StatsSysctlOff { was_on })
+    }
+}
+
+impl Drop for StatsSysctlOff {
     fn drop(&mut self) {
-        let v = if self.prev.is_empty() {
-            "0"
-        } else {
-            &self.prev
-        };
-        let _ = std::fs::write(BPF_STATS, v);
+        if self.was_on {
+            let _ = std::fs::write(inkcache::sys::BPF_STATS_SYSCTL, "1");
+        }
     }
 }
 

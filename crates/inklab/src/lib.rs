@@ -355,7 +355,7 @@ impl Point {
     }
 }
 
-/// Per-program cost from `kernel.bpf_stats_enabled` (run_time_ns / run_cnt).
+/// Per-program cost from the BPF run-time statistics (run_time_ns / run_cnt).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProgProfile {
     pub name: String,
@@ -474,6 +474,7 @@ a default run's)";
 pub fn paper(opts: &PaperOpts) -> Result<PaperResults> {
     let t0 = Instant::now();
     ensure_root()?;
+    let _stats_off = cost::StatsSysctlOff::new()?;
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
     // The client side runs on CPU0: this thread and every thread and process it starts.

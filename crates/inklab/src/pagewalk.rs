@@ -112,6 +112,8 @@ pub fn pagewalk(o: &PagewalkOpts) -> Result<Vec<PagewalkRow>> {
         ));
     }
     crate::topology::pin_self(o.cpu)?;
+    // each run's time is the kernel's: with the statistics on it includes their clock reads
+    let _stats_off = crate::cost::StatsSysctlOff::new()?;
     let mut obj = MaybeUninit::uninit();
     let open = pagewalk::PagewalkSkelBuilder::default()
         .open(&mut obj)

@@ -523,7 +523,7 @@ pub fn markdown(res: &PaperResults) -> String {
     if !profiled.is_empty() {
         let _ = writeln!(
             s,
-            "\n## Per-program cost (kernel.bpf_stats_enabled=1, separate closed-loop run)\n"
+            "\n## Per-program cost (BPF run-time statistics on, separate closed-loop run)\n"
         );
         let _ = writeln!(
             s,
