@@ -6,8 +6,8 @@
  *   with vmalloc, in 4 KiB pages;
  * - `outer`: an array of small array maps (INNER_LINES lines each, under 32 KiB with the map's
  *   header): the kernel allocates each with kmalloc, in its direct map, which x86-64 maps with
- *   1 GiB or 2 MiB pages. A read there costs one more load (the inner map) and a helper call (an
- *   inner map's lookup is not inlined).
+ *   1 GiB or 2 MiB pages. A read there costs one more load: the inner map's pointer (the verifier
+ *   inlines both lookups).
  * Each run goes on from where the last one stopped (its position is kept in .bss). Run with
  * BPF_PROG_TEST_RUN after the CPU has slept or not, they tell what a halt costs a read through
  * each kind of page. */
