@@ -32,9 +32,19 @@ sleep 0.1
 ip netns exec "$CLI" $RAW "$CIF" "$MAC" big 256 0 >/dev/null   # fill
 ip netns exec "$CLI" $RAW "$CIF" "$MAC" small 256 0 >/dev/null
 
+# each program's run count and time; the server's answers are walked by the `answers` program
+# (cgroup egress on the server's sockets), pinned as a link
 progstats() {
-    for p in xdp tc_ingress tc_egress; do
-        bpftool prog show pinned "$PINS/$p" -j |
+    local id
+    for p in xdp tc_ingress answers; do
+        if [ "$p" = answers ]; then
+            id=$(bpftool link show pinned "$PINS/link_answers" -j |
+                python3 -c "import json,sys; print(json.load(sys.stdin)['prog_id'])")
+            set -- id "$id"
+        else
+            set -- pinned "$PINS/$p"
+        fi
+        bpftool prog show "$@" -j |
             python3 -c "import json,sys; v=json.load(sys.stdin); print('$p', v.get('run_cnt', 0), v.get('run_time_ns', 0))"
     done
 }
@@ -50,7 +60,7 @@ for _ in $(seq "$ROUNDS"); do
     phase "1 KB hit, TC path (veth)" big 0
     phase "48 B hit, XDP path" small 0
     # another source port: the misses stay in `pending` (memcached's END does not clear them), and
-    # the hits' replies, seen by TC egress, would find them and fill again
+    # the hits' replies, seen by the answers program, would find them and fill again
     phase "miss (memcached answers)" nosuchkey 0 40001
 done >"$OUT/raw"
 python3 - "$OUT/raw" "$ROUNDS" "$N" <<'PY'
@@ -60,10 +70,10 @@ for line in open(sys.argv[1]):
     *label, prog, _, ns = line.split()
     rows.setdefault(" ".join(label), collections.OrderedDict()).setdefault(prog, []).append(int(ns))
 print(f"median ns per request over {sys.argv[2]} rounds of {sys.argv[3]} requests\n")
-print("| case | xdp | tc_ingress | tc_egress | total |")
+print("| case | xdp | tc_ingress | answers | total |")
 print("| --- | --- | --- | --- | --- |")
 for label, progs in rows.items():
     m = {p: statistics.median(v) for p, v in progs.items()}
-    cells = [f"{m[p]:.0f}" if p in m else "-" for p in ("xdp", "tc_ingress", "tc_egress")]
+    cells = [f"{m[p]:.0f}" if p in m else "-" for p in ("xdp", "tc_ingress", "answers")]
     print(f"| {label} | {' | '.join(cells)} | {sum(m.values()):.0f} |")
 PY
