@@ -1,0 +1,130 @@
+//! The timing scripts of docs/results (issue 11's measurements) run to the end, print their
+//! tables, and leave the kernel's BPF statistics as they found them: off, with no holder left
+//! (scripts/bpf-stats-hold.py). Each runs briefly; the numbers are not checked, only that there
+//! are numbers.
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Mutex,
+};
+
+/// One script at a time: each checks that no statistics holder is left, and the other's would be.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The directory of the built binaries the scripts run (inkcache, inkbench).
+fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_inkcache"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Runs scripts/`name` with `env`, its lock in a temporary directory (no other measurement is
+/// waited for or disturbed); its exit and all it printed.
+fn run(name: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let tmp = testkit::temp_dir("ink-timing");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(name);
+    let out = Command::new("bash")
+        .arg(script)
+        .env("BIN", bin_dir())
+        .env("BENCH_LOCK", tmp.path().join("bench.lock"))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+fn stats_sysctl() -> String {
+    std::fs::read_to_string(inkcache::sys::BPF_STATS_SYSCTL)
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// No scripts/bpf-stats-hold.py left running.
+fn no_holder_left() -> bool {
+    let out = Command::new("pgrep")
+        .args(["-f", "bpf-stats-hold.py"])
+        .output()
+        .unwrap();
+    out.stdout.is_empty()
+}
+
+/// A table row's cells after its label.
+fn cells<'a>(text: &'a str, label: &str) -> Vec<&'a str> {
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&format!("| {label} |")))
+        .unwrap_or_else(|| panic!("no row {label:?}:\n{text}"));
+    row.split('|')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .skip(1)
+        .collect()
+}
+
+#[test]
+fn tc_path_cost_prints_every_case_and_leaves_the_statistics_off() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let before = stats_sysctl();
+    let (ok, text) = run("tc-path-cost.sh", &[("ROUNDS", "1"), ("N", "300")]);
+    assert!(ok, "tc-path-cost.sh failed:\n{text}");
+    // its columns: xdp, tc_ingress, answers, total
+    for (label, runs) in [
+        ("1 KB hit, XDP path (padded frame)", ["xdp"].as_slice()),
+        ("1 KB hit, TC path (veth)", &["xdp", "tc_ingress"]),
+        ("48 B hit, XDP path", &["xdp"]),
+        (
+            "miss (memcached answers)",
+            &["xdp", "tc_ingress", "answers"],
+        ),
+    ] {
+        let c = cells(&text, label);
+        assert_eq!(c.len(), 4, "{label}: {c:?}");
+        for (i, prog) in ["xdp", "tc_ingress", "answers"].iter().enumerate() {
+            if runs.contains(prog) {
+                assert!(
+                    c[i].parse::<u64>().is_ok_and(|ns| ns > 0),
+                    "{label} {prog}: {c:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(stats_sysctl(), before, "the sysctl changed");
+    assert!(no_holder_left(), "a statistics holder was left running");
+}
+
+#[test]
+fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let before = stats_sysctl();
+    let (ok, text) = run(
+        "hit-cost-live.sh",
+        &[
+            ("ROUNDS", "1"),
+            ("SECS", "1"),
+            ("KEYS", "2000"),
+            ("CACHE_MB", "16"),
+            ("MULTIGET", "4"),
+        ],
+    );
+    assert!(ok, "hit-cost-live.sh failed:\n{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains(" round 1: 1-key get "))
+        .unwrap_or_else(|| panic!("no round printed:\n{text}"));
+    let ns = |what: &str| -> u64 {
+        let at = line
+            .find(what)
+            .unwrap_or_else(|| panic!("{what:?}: {line}"))
+            + what.len();
+        line[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(ns("1-key get ") > 0 && ns("4-key get ") > 0, "{line}");
+    assert_eq!(stats_sysctl(), before, "the sysctl changed");
+    assert!(no_holder_left(), "a statistics holder was left running");
+}
