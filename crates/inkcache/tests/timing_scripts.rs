@@ -8,6 +8,8 @@ use std::{
     sync::Mutex,
 };
 
+use inkcache::sys::bpf_stats_sysctl_on;
+
 /// One script at a time: each checks that no statistics holder is left, and the other's would be.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -38,13 +40,6 @@ fn run(name: &str, env: &[(&str, &str)]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-fn stats_sysctl() -> String {
-    std::fs::read_to_string(inkcache::sys::BPF_STATS_SYSCTL)
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
 /// No scripts/bpf-stats-hold.py left running.
 fn no_holder_left() -> bool {
     let out = Command::new("pgrep")
@@ -70,7 +65,7 @@ fn cells<'a>(text: &'a str, label: &str) -> Vec<&'a str> {
 #[test]
 fn tc_path_cost_prints_every_case_and_leaves_the_statistics_off() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let before = stats_sysctl();
+    let before = bpf_stats_sysctl_on();
     let (ok, text) = run("tc-path-cost.sh", &[("ROUNDS", "1"), ("N", "300")]);
     assert!(ok, "tc-path-cost.sh failed:\n{text}");
     // its columns: xdp, tc_ingress, answers, total
@@ -94,14 +89,14 @@ fn tc_path_cost_prints_every_case_and_leaves_the_statistics_off() {
             }
         }
     }
-    assert_eq!(stats_sysctl(), before, "the sysctl changed");
+    assert_eq!(bpf_stats_sysctl_on(), before, "the sysctl changed");
     assert!(no_holder_left(), "a statistics holder was left running");
 }
 
 #[test]
 fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let before = stats_sysctl();
+    let before = bpf_stats_sysctl_on();
     let (ok, text) = run(
         "hit-cost-live.sh",
         &[
@@ -125,6 +120,6 @@ fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
         line[at..].split(' ').next().unwrap().parse().unwrap()
     };
     assert!(ns("1-key get ") > 0 && ns("4-key get ") > 0, "{line}");
-    assert_eq!(stats_sysctl(), before, "the sysctl changed");
+    assert_eq!(bpf_stats_sysctl_on(), before, "the sysctl changed");
     assert!(no_holder_left(), "a statistics holder was left running");
 }

@@ -109,15 +109,15 @@ impl Lockstep {
 /// statistics' two clock reads (~70 ns on the AMD VM of docs/results/hitcost.md, twenty-third run,
 /// where an earlier run had left it on).
 fn stats_warning() {
-    static SAID: std::sync::Once = std::sync::Once::new();
-    if inkcache::sys::bpf_stats_sysctl_on() {
-        SAID.call_once(|| {
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        if inkcache::sys::bpf_stats_sysctl_on() {
             eprintln!(
                 "WARNING: kernel.bpf_stats_enabled is 1: each run's time includes the BPF \
                  statistics' clock reads (sysctl -w kernel.bpf_stats_enabled=0 to measure)"
             )
-        });
-    }
+        }
+    });
 }
 
 /// Times `prog` on `frames`, each run `runs_each` times a round: the mean ns per run of the best
