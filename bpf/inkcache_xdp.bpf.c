@@ -96,13 +96,14 @@ static __always_inline void tail_failed(struct xdp_room *r)
 }
 
 /* The longest reply (UDP payload) the frame is known to take, or DGRAM_MAX if nothing is known. */
-static __always_inline __u32 frame_room(struct xdp_md *ctx, struct xdp_room *r, struct pkt *p)
+static __always_inline __u32 frame_room(struct xdp_md *ctx, struct xdp_room *r, struct scratch *s,
+				       struct pkt *p)
 {
 	__u32 frame_len;
 
-	/* the clock only where something was learnt; the coarse one (no clock-source read: ~30 ns
-	 * less here), as a second's expiry needs no more */
-	if (!r || !r->fail_min || bpf_ktime_get_coarse_ns() >= r->until_ns)
+	/* the clock only where something was learnt; the coarse one (table.h: a load, and a
+	 * clock-source read once a jiffy), as a second's expiry needs no more */
+	if (!r || !r->fail_min || coarse_now(s) >= r->until_ns)
 		return DGRAM_MAX;
 	frame_len = (void *)(long)ctx->data_end - (void *)(long)ctx->data;
 	barrier_var(frame_len); /* else clang adds to pkt_end, which the verifier refuses */
@@ -112,13 +113,13 @@ static __always_inline __u32 frame_room(struct xdp_md *ctx, struct xdp_room *r, 
 	return frame_len + r->fail_min - 1 - p->payload_off;
 }
 
-static __always_inline void learn_room(struct xdp_room *r, __u32 delta)
+static __always_inline void learn_room(struct xdp_room *r, struct scratch *s, __u32 delta)
 {
 	__u64 now;
 
 	if (!r)
 		return;
-	now = bpf_ktime_get_coarse_ns(); /* frame_room's clock */
+	now = coarse_now(s); /* frame_room's clock */
 	if (r->fail_min && now < r->until_ns) {
 		if (delta < r->fail_min)
 			r->fail_min = delta;
@@ -270,7 +271,7 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 	}
 	STAGE(STAGE_BOUND);
 	room = room_of(ctx);
-	limit = frame_room(ctx, room, p);
+	limit = frame_room(ctx, room, s, p);
 	out = compose_reply(n, req_id, want_cas, limit < bound ? limit : bound);
 	if (out < 0) {
 		if (count_unanswerable(s, out, bound)) {
@@ -292,7 +293,7 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 		return XDP_TX;
 	}
 	if (r > 0)
-		learn_room(room, r);
+		learn_room(room, s, r);
 	return hand_to_tc(ctx, p, req_id, INK_META_MAGIC);
 }
 

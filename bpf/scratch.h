@@ -157,6 +157,12 @@ struct scratch {
 		__u32 opaque_off, opaque_len;
 		__u32 fpos, ftl, bpos, btl, cpos, ctl; /* tokens of the staged item */
 	} mg;
+	struct {                     /* the coarse clock (table.h's coarse_now): this CPU's last
+				      * monotonic reading and the jiffies it was taken in; kept
+				      * across requests (0: none yet) */
+		__u64 jiffies;
+		__u64 ns;
+	} clk;
 };
 
 struct {

@@ -253,10 +253,11 @@ static __always_inline int item_put(__u64 p, __u64 exp, __u64 filled, __u32 len,
 	return 0;
 }
 
-/* How far the coarse clock may lag the monotonic clock, with a wide margin. It is that clock as
- * of the last timekeeping update: never ahead of it, and behind by less than a tick or two (1-10
- * ms, CONFIG_HZ 1000-100) while ticks run; a CPU woken from idle by an interrupt updates it on
- * the way in (tick_nohz_irq_enter), before any softirq runs XDP. */
+/* How far the coarse clock may lag the monotonic clock, with a wide margin. It is a monotonic
+ * reading taken in the current jiffy (coarse_now): jiffies advance from the monotonic clock, a
+ * tick (1-10 ms, CONFIG_HZ 1000-100) at a time while ticks run, and a CPU woken from idle by an
+ * interrupt brings them up to date on the way in (tick_nohz_irq_enter), before any softirq runs
+ * XDP. The kernel's coarse clock (bpf_ktime_get_coarse_ns) lags by the same. */
 #define COARSE_SLACK_NS (250ULL * 1000000ULL)
 
 /* Starts a request's clocks (expired_at): every caller of table_lookup calls this first. A
@@ -267,18 +268,33 @@ static __always_inline void clocks_reset(struct scratch *s)
 	s->lk.coarse = 0;
 }
 
+/* The coarse clock: a monotonic reading taken by this CPU since jiffies last advanced, so never
+ * ahead of the monotonic clock and behind it by less than a jiffy lasts. The verifier inlines
+ * bpf_jiffies64() as one load; the monotonic clock is read (a helper call) once a jiffy per CPU.
+ * Jiffies are read first: a reading taken after jiffies became J belongs to J. On this project's
+ * AMD VM the helper calls of bpf_ktime_get_coarse_ns() cost ~30 ns a hit with an expiry, their
+ * returns going through the kernel's return thunk (docs/results/hitcost.md, twenty-fourth run). */
+static __always_inline __u64 coarse_now(struct scratch *s)
+{
+	__u64 j = bpf_jiffies64();
+
+	if (j != s->clk.jiffies) {
+		s->clk.ns = bpf_ktime_get_ns();
+		s->clk.jiffies = j;
+	}
+	return s->clk.ns;
+}
+
 /* Whether an item expiring at exp (ktime) has expired, by the clocks of the request, each read
- * at most once per request (kept in scratch.lk from clocks_reset on). The coarse clock costs a
- * helper call and no clock-source read: ~30 ns less than bpf_ktime_get_ns() per hit here
- * (unit::cost::hot_hit_cost, an item with an expiry). It decides alone only for items more than
- * COARSE_SLACK_NS from their expiry, which the monotonic clock cannot have reached; the others
- * are decided by the monotonic clock. */
+ * at most once per request (kept in scratch.lk from clocks_reset on). The coarse clock decides
+ * alone for items more than COARSE_SLACK_NS from their expiry, which the monotonic clock cannot
+ * have reached; the others are decided by the monotonic clock. */
 static __always_inline int expired_at(struct scratch *s, __u64 exp)
 {
 	__u64 now = s->lk.coarse;
 
 	if (!now) {
-		now = bpf_ktime_get_coarse_ns();
+		now = coarse_now(s);
 		s->lk.coarse = now;
 	}
 	if (now + COARSE_SLACK_NS < exp)

@@ -169,6 +169,18 @@ impl Fx {
             .unwrap();
     }
 
+    /// The `xdp_room` slot of the test runs' interface, one per CPU.
+    pub fn rooms(&self) -> Vec<xdp_room> {
+        let m = &self.l.xdp.maps.xdp_room;
+        let v = m
+            .lookup_percpu(&1u32.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .unwrap();
+        v.iter()
+            .map(|b| abi::from_bytes::<xdp_room>(b).unwrap())
+            .collect()
+    }
+
     /// The `xdp_room` slot of the test runs' interface, summed over the CPUs' `skips` (replies
     /// grown at the head since the tail was last tried).
     pub fn room_skips(&self) -> u64 {

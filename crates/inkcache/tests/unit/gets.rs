@@ -103,6 +103,59 @@ fn replies_grown_at_the_head_are_memcacheds_bytes() {
     assert_eq!(f.stats().hits, n);
 }
 
+fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// A reply the frame could not take is handed to TC ingress, and the growth it needed is
+/// remembered for a second by the monotonic clock (xdp_room's `fail_min` and `until_ns`, read
+/// through table.h's `coarse_now`): meanwhile, replies needing as much are handed over without a
+/// try; after it, XDP tries again.
+#[test]
+fn a_growth_the_frame_refused_is_remembered_for_a_second() {
+    // the slot is per CPU: every request of this test runs on the one it started on
+    let cpu = nix::sched::sched_getcpu().expect("sched_getcpu");
+    let mut one = nix::sched::CpuSet::new();
+    one.set(cpu).expect("a CPU set");
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pinning");
+    let f = fx();
+    let fl = Flow::v4();
+    // grown at the head (no tailroom), by more than the test frame's 256 bytes of headroom
+    f.set_room(&xdp_room {
+        ifindex: 1,
+        no_tail: 1,
+        ..Default::default()
+    });
+    let v = vec![b'r'; 400];
+    f.fill(&fl, "roomy", 0, &v);
+    let before = monotonic_ns();
+    assert_eq!(f.get(&fl, "roomy"), None, "the frame cannot take the reply");
+    let after = monotonic_ns();
+    let r = f.rooms()[cpu];
+    assert!(r.fail_min > 256, "{r:?}");
+    // the coarse clock is a monotonic reading of this jiffy: never ahead, behind by < a jiffy
+    let s = 1_000_000_000;
+    assert!(
+        r.until_ns <= after + s && r.until_ns + 20_000_000 >= before + s,
+        "until {} ns, the request between {before} and {after}",
+        r.until_ns
+    );
+    assert_eq!((r.skips, f.stats().tc_handoffs), (1, 1));
+    // remembered: handed over at once, the head not tried
+    assert_eq!(f.get(&fl, "roomy"), None);
+    assert_eq!((f.rooms()[cpu].skips, f.stats().tc_handoffs), (1, 2));
+    // a second later, tried again (and refused again, and remembered anew); "later" by more
+    // than the coarse clock lags
+    let mut past = f.rooms()[cpu];
+    past.until_ns = monotonic_ns() - 50_000_000;
+    f.set_room(&past);
+    assert_eq!(f.get(&fl, "roomy"), None);
+    let r = f.rooms()[cpu];
+    assert_eq!((r.skips, f.stats().tc_handoffs), (2, 3));
+    assert!(r.until_ns > monotonic_ns() + s / 2, "{r:?}");
+}
+
 #[test]
 fn longest_key_and_largest_item_that_fits() {
     let f = fx();
