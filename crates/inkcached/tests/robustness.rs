@@ -267,11 +267,13 @@ fn port_in_use_and_bad_flags_are_refused() {
 /// a server's, a server's is.
 #[test]
 fn a_self_connection_is_not_a_server() {
-    let port = free_port();
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // bound to a port the kernel picks: a port found free first can be taken by a test running
+    // alongside before the bind (EADDRINUSE, seen in CI)
+    let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.bind(&addr.into()).unwrap();
-    sock.connect(&addr.into()).unwrap(); // simultaneous open with itself
+    sock.bind(&any.into()).unwrap();
+    let addr = sock.local_addr().unwrap();
+    sock.connect(&addr).unwrap(); // simultaneous open with itself
     assert!(self_connected(&sock.into()));
     let srv = inkcached(&[]);
     assert!(!self_connected(&connect(srv.port)));
