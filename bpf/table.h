@@ -271,9 +271,11 @@ static __always_inline void clocks_reset(struct scratch *s)
 /* The coarse clock: a monotonic reading taken by this CPU since jiffies last advanced, so never
  * ahead of the monotonic clock and behind it by less than a jiffy lasts. The verifier inlines
  * bpf_jiffies64() as one load; the monotonic clock is read (a helper call) once a jiffy per CPU.
- * Jiffies are read first: a reading taken after jiffies became J belongs to J. On this project's
- * AMD VM the helper calls of bpf_ktime_get_coarse_ns() cost ~30 ns a hit with an expiry, their
- * returns going through the kernel's return thunk (docs/results/hitcost.md, twenty-fourth run). */
+ * Jiffies are read first: a reading taken after jiffies became J belongs to J. (Where the CPU may
+ * reorder the two loads, as arm64 may, the reading can be a jiffy older: still far within
+ * COARSE_SLACK_NS.) On this project's AMD VM the helper calls of bpf_ktime_get_coarse_ns() cost
+ * ~30 ns a hit with an expiry, their returns going through the kernel's return thunk
+ * (docs/results/hitcost.md, twenty-fourth run). */
 static __always_inline __u64 coarse_now(struct scratch *s)
 {
 	__u64 j = bpf_jiffies64();
