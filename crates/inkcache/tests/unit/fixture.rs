@@ -184,14 +184,7 @@ impl Fx {
     /// The `xdp_room` slot of the test runs' interface, summed over the CPUs' `skips` (replies
     /// grown at the head since the tail was last tried).
     pub fn room_skips(&self) -> u64 {
-        let m = &self.l.xdp.maps.xdp_room;
-        let v = m
-            .lookup_percpu(&1u32.to_ne_bytes(), MapFlags::ANY)
-            .unwrap()
-            .unwrap();
-        v.iter()
-            .map(|b| abi::from_bytes::<xdp_room>(b).unwrap().skips as u64)
-            .sum()
+        self.rooms().iter().map(|r| r.skips as u64).sum()
     }
 
     pub fn global(&self) -> ink_global {

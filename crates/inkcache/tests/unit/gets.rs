@@ -2,6 +2,7 @@
 //! the requests that must pass to the server untouched.
 use super::packet::{mc_frame, vlan_ids};
 use super::*;
+use inkcache::coop::monotonic_ns;
 use inkcache::skel::xdp::types::xdp_room;
 use inkcache::ReplyWrite;
 
@@ -103,9 +104,13 @@ fn replies_grown_at_the_head_are_memcacheds_bytes() {
     assert_eq!(f.stats().hits, n);
 }
 
-fn monotonic_ns() -> u64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
-    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+/// Pins the calling test's thread to the CPU it runs on, for state XDP keeps per CPU; returns it.
+fn pin_to_this_cpu() -> usize {
+    let cpu = nix::sched::sched_getcpu().expect("sched_getcpu");
+    let mut one = nix::sched::CpuSet::new();
+    one.set(cpu).expect("a CPU set");
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pinning");
+    cpu
 }
 
 /// A reply the frame could not take is handed to TC ingress, and the growth it needed is
@@ -115,10 +120,7 @@ fn monotonic_ns() -> u64 {
 #[test]
 fn a_growth_the_frame_refused_is_remembered_for_a_second() {
     // the slot is per CPU: every request of this test runs on the one it started on
-    let cpu = nix::sched::sched_getcpu().expect("sched_getcpu");
-    let mut one = nix::sched::CpuSet::new();
-    one.set(cpu).expect("a CPU set");
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pinning");
+    let cpu = pin_to_this_cpu();
     let f = fx();
     let fl = Flow::v4();
     // grown at the head (no tailroom), by more than the test frame's 256 bytes of headroom
@@ -372,10 +374,7 @@ fn a_hot_slot_serves_only_the_item_its_way_names() {
 #[test]
 fn large_values_turn_a_cpus_hot_slots_off_until_small_ones_are_hit() {
     // the credit is per CPU: every request of this test runs on the one it started on
-    let cpu = nix::sched::sched_getcpu().expect("sched_getcpu");
-    let mut one = nix::sched::CpuSet::new();
-    one.set(cpu).expect("a CPU set");
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pinning");
+    pin_to_this_cpu();
     let f = fx();
     let fl = Flow::v4();
     let big = vec![b'b'; 1000];
