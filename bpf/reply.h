@@ -72,7 +72,7 @@ static __always_inline int parse_get_keys(__u32 pos, __u32 len)
 
 /* Composes the reply to the n keys parse_get_keys found (want_cas: "gets") in scratch.out, frame
  * header (request id req_id, network order) included, serving items not expired (the clocks are
- * read only if an item has an expiry, once for the request: table.h's expired_at). Returns its
+ * read only if an item has an expiry: table.h's expired_at). Returns its
  * length, at most `limit`, with its sum (csum.h) in scratch.lk.sum; or RP_MISS / RP_EXPIRED if a
  * key has no servable item, or RP_OVER if the reply would be longer than `limit` (scratch.need
  * then holds the length reached: the reply needs at least that much). Inlined (a call costs on

@@ -130,7 +130,6 @@ struct scratch {
 		__u32 pad2;
 		__u64 filled;          /* its fill time (a promoted copy keeps it) */
 		__u64 now;             /* the clock for the request's keys, 0 until one needs it */
-		__u64 coarse;          /* the coarse clock for them, the same way (table.h) */
 		__u64 sum;             /* copy_item, compose_reply: the reply's sum so far (csum.h) */
 		__u64 fence;           /* target of table.h's fence() */
 		__u64 warm;            /* warm_keys: what it read (kept, so the loads are made) */

@@ -260,12 +260,11 @@ static __always_inline int item_put(__u64 p, __u64 exp, __u64 filled, __u32 len,
  * XDP. The kernel's coarse clock (bpf_ktime_get_coarse_ns) lags by the same. */
 #define COARSE_SLACK_NS (250ULL * 1000000ULL)
 
-/* Starts a request's clocks (expired_at): every caller of table_lookup calls this first. A
- * clock kept from an earlier request would be in the past, and serve items expired since. */
+/* Starts a request's monotonic clock (expired_at): every caller of table_lookup calls this first.
+ * A reading kept from an earlier request would be in the past, and serve items expired since. */
 static __always_inline void clocks_reset(struct scratch *s)
 {
 	s->lk.now = 0;
-	s->lk.coarse = 0;
 }
 
 /* The coarse clock: a monotonic reading taken by this CPU since jiffies last advanced, so never
@@ -287,19 +286,15 @@ static __always_inline __u64 coarse_now(struct scratch *s)
 	return s->clk.ns;
 }
 
-/* Whether an item expiring at exp (ktime) has expired, by the clocks of the request, each read
- * at most once per request (kept in scratch.lk from clocks_reset on). The coarse clock decides
- * alone for items more than COARSE_SLACK_NS from their expiry, which the monotonic clock cannot
- * have reached; the others are decided by the monotonic clock. */
+/* Whether an item expiring at exp (ktime) has expired. The coarse clock decides alone for items
+ * more than COARSE_SLACK_NS from their expiry, which the monotonic clock cannot have reached; the
+ * others are decided by the monotonic clock, read at most once per request (kept in scratch.lk
+ * from clocks_reset on). */
 static __always_inline int expired_at(struct scratch *s, __u64 exp)
 {
-	__u64 now = s->lk.coarse;
+	__u64 now;
 
-	if (!now) {
-		now = coarse_now(s);
-		s->lk.coarse = now;
-	}
-	if (now + COARSE_SLACK_NS < exp)
+	if (coarse_now(s) + COARSE_SLACK_NS < exp)
 		return 0;
 	now = s->lk.now;
 	if (!now) {
@@ -502,7 +497,7 @@ __noinline int warm_keys(__u32 n)
 /* Appends key k's item (a 1-key get's key is hashed here, a multi-key get's are in scratch.kh:
  * warm_keys) to scratch.out at out_off: in `get` form (without the CAS), or with want_cas in
  * `gets` form (only if its CAS is known), serving it if not expired (the clocks are read if the
- * item has an expiry, once per request: the caller starts them with clocks_reset). Returns the
+ * item has an expiry: expired_at; the caller starts them with clocks_reset). Returns the
  * bytes appended, or LK_*; LK_FULL (nothing copied) if the reply would then be longer than
  * `limit` with "END\r\n" added. Adds the appended bytes' sum to scratch.lk.sum (csum.h). */
 __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
