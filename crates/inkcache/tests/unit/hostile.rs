@@ -394,6 +394,28 @@ fn keys_whose_hashes_collide_never_share_a_hint() {
     }
 }
 
+/// A key whose hash collides with a cached key's finds that key's way (same set, same tag) but is
+/// never served its item: the key is compared in full, whether the item is read from the log or
+/// from the key's hot slot (written by the cached key's first hit).
+#[test]
+fn a_key_whose_hash_collides_with_a_cached_one_is_a_miss() {
+    let (k1, k2) = colliding_keys(fixture::HASH_SEED);
+    let f = fx();
+    let fl = Flow::v4();
+    f.fill(&fl, &k1, 0, b"v1");
+    f.assert_miss(&fl, &k2); // the item read from the log
+    f.assert_hit(&fl, &k1, 0, b"v1"); // writes the hot slot
+    f.assert_hit(&fl, &k1, 0, b"v1"); // read from it
+    let slot_hits = f.stats().slot_hits;
+    assert!(slot_hits > 0, "the hot slot was never read");
+    f.assert_miss(&fl, &k2); // the item read from the slot
+    f.assert_hit(&fl, &k1, 0, b"v1");
+    assert!(
+        f.stats().slot_hits > slot_hits,
+        "the slot was not read again"
+    );
+}
+
 #[test]
 fn binary_header_cut_by_a_segment_end_is_carried_over() {
     for cut in [10usize, 24, 30, 33] {
