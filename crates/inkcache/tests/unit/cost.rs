@@ -569,9 +569,10 @@ fn hot_hit_cost_cold_caches() {
 }
 
 /// `scripts/cost-ab.sh` runs two test binaries in turns, round by round, and compares their
-/// rounds: run with this binary as both builds for a few rounds, it must end (no turn lost
-/// between the two processes) and compare each of `hot_hit_cost`'s two measurements over every
-/// round that has one of A's before and after it, the ratio near 1.
+/// rounds: run with this binary as both builds for a few rounds, in two sittings, it must end
+/// (no turn lost between the two processes, nor between the sittings) and compare each of
+/// `hot_hit_cost`'s two measurements over every round that has one of A's before and after it,
+/// the ratio near 1, in each sitting and over both.
 #[test]
 fn cost_ab_compares_two_builds_round_by_round() {
     testkit::require_tool!("/usr/bin/taskset");
@@ -587,6 +588,7 @@ fn cost_ab_compares_two_builds_round_by_round() {
         .arg(&exe)
         .args(["hot_hit_cost", "4"])
         .env("COST_AB_TIMEOUT", "60") // a lost turn fails the test, it does not hang it
+        .env("COST_AB_SITTINGS", "2")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -595,24 +597,34 @@ fn cost_ab_compares_two_builds_round_by_round() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let (sittings, summary) = text
+        .split_once("over the 2 sittings:")
+        .unwrap_or_else(|| panic!("no summary of the sittings:\n{text}"));
+    // the ratio column of every row that starts so: one per sitting, or the summary's
+    let ratios = |part: &str, start: &str, col: usize| -> Vec<f64> {
+        part.lines()
+            .filter(|l| l.starts_with(start))
+            .map(|l| {
+                let cell = l.split('|').nth(col).unwrap().split_whitespace().next();
+                cell.unwrap().parse().unwrap()
+            })
+            .collect()
+    };
     for m in 0..2 {
-        let row = text
-            .lines()
-            .find(|l| l.starts_with(&format!("| {m} | 3 | ")))
-            .unwrap_or_else(|| panic!("no row for measurement {m} over 3 rounds:\n{text}"));
-        let ratio: f64 = row
-            .split('|')
-            .nth(5)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!((0.5..2.0).contains(&ratio), "{row}");
+        let each = ratios(sittings, &format!("| {m} | 3 | "), 5);
+        assert_eq!(
+            each.len(),
+            2,
+            "measurement {m}, 3 rounds in each sitting:\n{text}"
+        );
+        let over = ratios(summary, &format!("| {m} | 2 | "), 3);
+        assert_eq!(over.len(), 1, "measurement {m} over the sittings:\n{text}");
+        for r in each.iter().chain(&over) {
+            assert!((0.5..2.0).contains(r), "measurement {m}: {r}\n{text}");
+        }
     }
     assert!(
-        !text.contains("| 2 |"),
+        !text.lines().any(|l| l.starts_with("| 2 | ")),
         "hot_hit_cost makes two measurements:\n{text}"
     );
 }
