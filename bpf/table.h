@@ -361,6 +361,16 @@ static __always_inline int fill_allowed(struct ink_set_state *st, struct ink_glo
 	return 1;
 }
 
+/* Eight bytes of segment `seg` at `at`, which lies in the segment: an item never crosses its
+ * end, and its last word reads into the slack. The mask restates that for the verifier on the
+ * register used (6.1's loses a bound set before a spill). */
+static __always_inline __u64 seg_word(struct ink_seg *seg, __u32 at)
+{
+	at &= SEG_BYTES - 1;
+	barrier_var(at);
+	return LOAD64(&seg->b[at]);
+}
+
 /* Copies the item at log position p into key hash h's hot slot: its header from the log, its text
  * (len bytes) from scratch.out at src, where table_lookup copied it. Skipped if another CPU is
  * writing the slot. The count is odd while the slot is written; the atomics order the bytes
@@ -618,13 +628,13 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 		__u64 w;
 		if (o >= klen)
 			break;
-		w = LOAD64(&seg->b[soff + ITEM_HDR + 6 + o]);
+		w = seg_word(seg, soff + ITEM_HDR + 6 + o);
 		dep ^= w;
 		if (low_bytes(w ^ word_at(s, koff + o), klen - o))
 			return LK_MISS;
 	}
 	{
-		__u64 w = LOAD64(&seg->b[soff + ITEM_HDR + 6 + klen]);
+		__u64 w = seg_word(seg, soff + ITEM_HDR + 6 + klen);
 		dep ^= w;
 		if ((w & 0xff) != ' ')
 			return LK_MISS;

@@ -10,9 +10,9 @@
 #                                          and report; nothing stays loaded
 #
 # Under other kernels: build on this machine, then load in the kernel matrix's VM, which sees
-# this machine's files:
-#   scripts/verifier-report.sh build /var/tmp/ink-objs
-#   KMATRIX_FILTER=NONE KMATRIX_PRE="$PWD/scripts/verifier-report.sh load /var/tmp/ink-objs" \
+# this machine's files, except under /tmp, /var/tmp, /run, /root and /var/log (empty there):
+#   scripts/verifier-report.sh build "$PWD/target/ink-objs"
+#   KMATRIX_FILTER=NONE KMATRIX_PRE="$PWD/scripts/verifier-report.sh load $PWD/target/ink-objs" \
 #       scripts/kernel-matrix.sh linux-image-6.1.0-56-amd64     # report in <out>/<kernel>/pre.log
 # The loads use the objects' default constants (the control plane sets some before loading), so
 # a count can differ a little from an attach; acceptance is what the tests then confirm.
