@@ -6,7 +6,7 @@ DEB_PKGS := clang llvm libelf-dev zlib1g-dev pkg-config bpftool memcached libmem
             iproute2 ethtool python3 python3-pymemcache python3-pylibmc util-linux procps \
             python3-prometheus-client systemd man-db binutils xdp-tools iputils-ping
 
-.PHONY: all deps build test lint demo bench check-consistency fuzz kernel-matrix clean deb pool-demo
+.PHONY: all deps build test lint demo bench check-consistency fuzz kernel-matrix kernel-matrix-deps clean deb pool-demo
 
 all: build
 
@@ -31,7 +31,7 @@ lint: deps
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Every test: unit, property and integration tests (real kernel, namespaces, memcached).
-test: build
+test: build kernel-matrix-deps
 	$(CARGO) test --release --workspace --no-fail-fast -- --test-threads=2
 	# the kernel cache's tests again, with inkcached as the server instead of stock memcached
 	INKCACHE_TEST_SERVER=inkcached INKCACHED_BIN=$(CURDIR)/target/release/inkcached \
@@ -41,6 +41,8 @@ test: build
 	    $(CARGO) test --release -p inkcache --no-fail-fast -- --test-threads=2
 	# a short fuzz run of the request parser (stable toolchain, protocol dictionary)
 	scripts/fuzz.sh $${FUZZ_SECONDS:-30}
+	# every eBPF object through the verifier of the oldest kernel supported (6.1), in a VM
+	scripts/verifier-oldest.sh
 
 # The request parser under libFuzzer for FUZZ_SECONDS (default 30), see scripts/fuzz.sh.
 fuzz: deps
@@ -69,14 +71,17 @@ deb: build
 # qemu VM; slow (emulated where /dev/kvm cannot run a stock kernel), so not part of `make test`.
 # Results: target/kernel-matrix/summary.md (see scripts/kernel-matrix.sh for the options).
 KMATRIX_PKGS := qemu-system-x86 busybox-static kmod cpio xz-utils zstd
-kernel-matrix: deps
+kernel-matrix: kernel-matrix-deps
+	CARGO=$(CARGO) scripts/kernel-matrix.sh
+
+# The kernel matrix's packages (its VMs: qemu, a static busybox), also `make test`'s (verifier-oldest).
+kernel-matrix-deps: deps
 	@missing=""; for p in $(KMATRIX_PKGS); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
-	CARGO=$(CARGO) scripts/kernel-matrix.sh
 
 clean:
 	$(CARGO) clean

@@ -16,7 +16,7 @@
 # KMATRIX_MEM (VM memory, 3G), KMATRIX_TIMEOUT (seconds per kernel, 1800), KMATRIX_SUITES,
 # KMATRIX_FILTER (passed to every test binary, e.g. a test name; "NONE" runs none),
 # KMATRIX_PRE (a shell command run in the VM before the tests, output in pre.log), KMATRIX_ACCEL
-# (auto, kvm, tcg).
+# (auto, kvm, tcg), KMATRIX_OLDEST=1 (without arguments: only the oldest kernel apt offers).
 # Needs root and the
 # Debian packages qemu-system-x86, busybox-static, kmod, cpio and xz-utils (`make kernel-matrix` installs them).
 set -euo pipefail
@@ -74,7 +74,8 @@ else
     mapfile -t local_pkgs < <(kernel_pkgs "")
     [ ${#local_pkgs[@]} -gt 0 ] || die "apt offers no kernel image (run apt-get update)"
     JOBS+=("${local_pkgs[0]}")
-    [ ${#local_pkgs[@]} -gt 1 ] && JOBS+=("${local_pkgs[-1]}")
+    [ "${KMATRIX_OLDEST:-0}" = 1 ] && SUITES="" # the oldest only
+    [ "${KMATRIX_OLDEST:-0}" != 1 ] && [ ${#local_pkgs[@]} -gt 1 ] && JOBS+=("${local_pkgs[-1]}")
     for s in $SUITES; do
         opts=$(suite_apt "$s")
         # shellcheck disable=SC2086

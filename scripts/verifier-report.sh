@@ -8,6 +8,8 @@
 #                                          and vmlinux.h from target/)
 #   scripts/verifier-report.sh load DIR    load each DIR/*.o with bpftool (verifier log level 2)
 #                                          and report; nothing stays loaded
+#   scripts/verifier-report.sh check DIR   the same without the log unless refused: accepted or
+#                                          not, much faster (scripts/verifier-oldest.sh)
 #
 # Under other kernels: build on this machine, then load in the kernel matrix's VM, which sees
 # this machine's files, except under /tmp, /var/tmp, /run, /root and /var/log (empty there):
@@ -20,7 +22,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 die() { echo "verifier-report: $*" >&2; exit 1; }
-[ $# -eq 2 ] || die "usage: $0 build|load DIR"
+[ $# -eq 2 ] || die "usage: $0 build|load|check DIR"
 mode=$1
 dir=$2
 
@@ -43,7 +45,7 @@ build)
     done
     ls "$dir"/*.o
     ;;
-load)
+load | check)
     command -v bpftool >/dev/null || die "bpftool is missing (make deps)"
     [ "$(id -u)" = 0 ] || die "needs root"
     mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
@@ -56,7 +58,9 @@ load)
         pin=/sys/fs/bpf/verifier-report-$$-$name
         mkdir -p "$pin"
         rc=0
-        bpftool -d prog loadall "$obj" "$pin" > "$log" 2>&1 || rc=$?
+        debug=(-d) # libbpf's debug output: the verifier log at level 2
+        [ "$mode" = check ] && debug=() # the log (level 1) only for a refusal
+        bpftool "${debug[@]}" prog loadall "$obj" "$pin" > "$log" 2>&1 || rc=$?
         rm -rf "$pin"
         if [ $rc = 0 ]; then echo "== $name: accepted"; else echo "== $name: REFUSED"; fi
         grep -E '^processed [0-9]+ insns' "$log" | sed 's/^/   /' || true
@@ -71,5 +75,5 @@ load)
         fi
     done
     ;;
-*) die "usage: $0 build|load DIR" ;;
+*) die "usage: $0 build|load|check DIR" ;;
 esac
