@@ -38,7 +38,7 @@ failed() { # name binary output
     echo "cost-ab: $1 ($2) failed:" >&2
     cat "$3" >&2
 }
-sitting() { # number: both builds loaded and run in turns, logs $OUT/{a,b}N.{log,out}
+sitting() { # number: both builds loaded and run in turns, logs in $OUT/sN/{a,b}.{log,out}
     local d=$OUT/s$1 ok=0 pa pb
     mkdir "$d"
     mkfifo "$d/ta" "$d/tb"

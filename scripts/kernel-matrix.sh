@@ -74,8 +74,11 @@ else
     mapfile -t local_pkgs < <(kernel_pkgs "")
     [ ${#local_pkgs[@]} -gt 0 ] || die "apt offers no kernel image (run apt-get update)"
     JOBS+=("${local_pkgs[0]}")
-    [ "${KMATRIX_OLDEST:-0}" = 1 ] && SUITES="" # the oldest only
-    [ "${KMATRIX_OLDEST:-0}" != 1 ] && [ ${#local_pkgs[@]} -gt 1 ] && JOBS+=("${local_pkgs[-1]}")
+    if [ "${KMATRIX_OLDEST:-0}" = 1 ]; then
+        SUITES="" # the oldest only
+    elif [ ${#local_pkgs[@]} -gt 1 ]; then
+        JOBS+=("${local_pkgs[-1]}")
+    fi
     for s in $SUITES; do
         opts=$(suite_apt "$s")
         # shellcheck disable=SC2086
