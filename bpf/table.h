@@ -9,10 +9,9 @@
  * then checks that no fill has reserved the item's bytes since (the head has not moved a whole
  * arena past it): the copy is then the item as published. Items never change once published,
  * and a way is read and written whole, so a lookup racing a writer sees the old item or the new
- * one, each whole. The key is compared in full against the item's, read before the head is read
- * again. A lookup of a 1-key get reads the key's hot slot along with its set and copies the item
- * from there instead of from the log when the slot holds the position the way names
- * (inkcache_common.h; slot_put writes slots).
+ * one, each whole. The key is compared in full on the copy. A lookup of a 1-key get reads the
+ * key's hot slot along with its set and copies the item from there instead of from the log when
+ * the slot holds the position the way names (inkcache_common.h; slot_put writes slots).
  *
  * Each set also has its coherence state (set_state, written by coherence.h): when a key of it was
  * last written (stable_since) and how many writes the server has not answered yet (open). A reply
@@ -361,14 +360,12 @@ static __always_inline int fill_allowed(struct ink_set_state *st, struct ink_glo
 	return 1;
 }
 
-/* Eight bytes of segment `seg` at `at`, which lies in the segment: an item never crosses its
- * end, and its last word reads into the slack. The mask restates that for the verifier on the
- * register used (6.1's loses a bound set before a spill). */
-static __always_inline __u64 seg_word(struct ink_seg *seg, __u32 at)
+/* Eight bytes of scratch.out at pos. */
+static __always_inline __u64 out_word(struct scratch *s, __u32 pos)
 {
-	at &= SEG_BYTES - 1;
-	barrier_var(at);
-	return LOAD64(&seg->b[at]);
+	pos &= OUT_MASK;
+	barrier_var(pos);
+	return LOAD64(&s->out[pos]);
 }
 
 /* Copies the item at log position p into key hash h's hot slot: its header from the log, its text
@@ -619,26 +616,18 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 		return LK_MISS;
 	}
 
-	/* the key, 8 bytes at a time, against the item's ("VALUE " is 6 bytes), read from the
-	 * item and folded into dep like the copy's words: not from the copy, whose words at an
-	 * unaligned offset each span two of its stores, still in flight, which a load cannot take
-	 * its bytes from (it waits for both to reach the cache) */
+	/* the key, 8 bytes at a time, against the copy ("VALUE " is 6 bytes). Reading it from the
+	 * item instead (folded into dep) measured 4-5% dearer per hot hit (docs/results/hitcost.md,
+	 * twenty-fifth run). */
 	for (__u32 i = 0; i < 32; i++) {
 		__u32 o = i * 8;
-		__u64 w;
 		if (o >= klen)
 			break;
-		w = seg_word(seg, soff + ITEM_HDR + 6 + o);
-		dep ^= w;
-		if (low_bytes(w ^ word_at(s, koff + o), klen - o))
+		if (low_bytes(out_word(s, out_off + 6 + o) ^ word_at(s, koff + o), klen - o))
 			return LK_MISS;
 	}
-	{
-		__u64 w = seg_word(seg, soff + ITEM_HDR + 6 + klen);
-		dep ^= w;
-		if ((w & 0xff) != ' ')
-			return LK_MISS;
-	}
+	if ((out_word(s, out_off + 6 + klen) & 0xff) != ' ')
+		return LK_MISS;
 	/* nothing reserved the item's bytes while we read them: the head is read after the header
 	 * and text, its address made to depend on every word of them (dep_zero: a load-load order
 	 * on every architecture, with no locked operation; measured neutral against fence() on the
