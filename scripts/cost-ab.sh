@@ -19,7 +19,7 @@
 #   scripts/cost-ab.sh BPF_UNIT_A BPF_UNIT_B [TEST] [ROUNDS]    (defaults: hot_hit_cost, 40)
 # Each build is stopped after COST_AB_TIMEOUT seconds (default 600). Takes lib.sh's bench_lock.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '/^set -euo/q; 2,$p' "$0" >&2; exit 2; } # the comment above
 . "$(dirname "$0")/lib.sh"
 bench_lock
 A=$1 B=$2 TEST=${3:-hot_hit_cost}
