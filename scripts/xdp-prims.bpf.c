@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* What the hit path's primitives cost under BPF_PROG_TEST_RUN (docs/results/hitcost.md,
+ * twenty-seventh run): each program does one thing, then returns XDP_PASS; scripts/xdp-prims.c
+ * times them against the one that only returns. Not part of inkcache: built by hand, as that
+ * file's header says. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+SEC("xdp")
+int pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}
+
+/* a BPF-to-BPF call the compiler cannot inline or fold */
+__noinline int plus_one(int x)
+{
+	return x + 1;
+}
+
+SEC("xdp")
+int call1(struct xdp_md *ctx)
+{
+	return plus_one(ctx->ingress_ifindex) == -1 ? XDP_DROP : XDP_PASS;
+}
+
+SEC("xdp")
+int call3(struct xdp_md *ctx)
+{
+	return plus_one(plus_one(plus_one(ctx->ingress_ifindex))) == -1 ? XDP_DROP : XDP_PASS;
+}
+
+/* the frame grown by 56 bytes, as a hit's reply grows it: at the tail (the helper clears the new
+ * bytes with memset), or at the head */
+SEC("xdp")
+int grow_tail(struct xdp_md *ctx)
+{
+	return bpf_xdp_adjust_tail(ctx, 56) ? XDP_DROP : XDP_PASS;
+}
+
+SEC("xdp")
+int grow_head(struct xdp_md *ctx)
+{
+	return bpf_xdp_adjust_head(ctx, -56) ? XDP_DROP : XDP_PASS;
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32));
+	__array(values, int(void *));
+} next SEC(".maps") = {
+	.values = { [0] = (void *)&pass },
+};
+
+SEC("xdp")
+int tail_call(struct xdp_md *ctx)
+{
+	bpf_tail_call(ctx, &next, 0);
+	return XDP_DROP; /* the call failed */
+}
