@@ -46,6 +46,49 @@ int grow_head(struct xdp_md *ctx)
 	return bpf_xdp_adjust_head(ctx, -56) ? XDP_DROP : XDP_PASS;
 }
 
+/* The same, with a reply's memory traffic around it: the request's 64 bytes read before, 120
+ * bytes of the grown frame written after (the headers and the reply, in 8-byte stores). */
+static __always_inline __u64 read_request(struct xdp_md *ctx)
+{
+	void *d = (void *)(long)ctx->data, *e = (void *)(long)ctx->data_end;
+	__u64 sum = 0;
+
+	if (d + 64 > e)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		sum += *(__u64 *)(d + i * 8);
+	return sum;
+}
+
+static __always_inline int write_reply(struct xdp_md *ctx, __u64 v)
+{
+	void *d = (void *)(long)ctx->data, *e = (void *)(long)ctx->data_end;
+
+	if (d + 120 > e)
+		return XDP_DROP;
+#pragma unroll
+	for (int i = 0; i < 15; i++)
+		*(__u64 *)(d + i * 8) = v + i;
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int tail_rw(struct xdp_md *ctx)
+{
+	__u64 v = read_request(ctx);
+
+	return bpf_xdp_adjust_tail(ctx, 56) ? XDP_DROP : write_reply(ctx, v);
+}
+
+SEC("xdp")
+int head_rw(struct xdp_md *ctx)
+{
+	__u64 v = read_request(ctx);
+
+	return bpf_xdp_adjust_head(ctx, -56) ? XDP_DROP : write_reply(ctx, v);
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 1);
