@@ -14,8 +14,10 @@
 # nineteenth and twenty-fifth runs): COST_AB_SITTINGS=N (default 1) repeats the whole comparison
 # N times, each build loaded afresh each time, prints each sitting's table and then, for each
 # measurement, the median and range of the sittings' median ratios and how many sittings had B
-# lower. Usage (root; the binaries from `cargo test --release -p inkcache --test bpf_unit
-# --no-run` of each build):
+# lower. A build whose only change is a branch never taken measured 0.956-1.035 in single
+# sittings and ~1.5-2% dearer in both orders over 8 (twenty-seventh run): differences under ~2%
+# may be the build's placement, not its logic. Usage (root; the binaries from
+# `cargo test --release -p inkcache --test bpf_unit --no-run` of each build):
 #   scripts/cost-ab.sh BPF_UNIT_A BPF_UNIT_B [TEST] [ROUNDS]    (defaults: hot_hit_cost, 40)
 # Each build is stopped after COST_AB_TIMEOUT seconds (default 600). Takes lib.sh's bench_lock.
 set -euo pipefail
