@@ -29,6 +29,11 @@ pub mod coop {
 pub mod pass {
     include!(concat!(env!("OUT_DIR"), "/inkcache_pass.skel.rs"));
 }
+/// Measurement only, never attached: the hit path's primitives (`bpf/inkcache_prims.bpf.c`,
+/// timed by tests/unit/cost.rs).
+pub mod prims {
+    include!(concat!(env!("OUT_DIR"), "/inkcache_prims.skel.rs"));
+}
 /// The libxdp-format XDP dispatcher (`bpf/inkcache_dispatcher.bpf.c`).
 pub mod dispatcher {
     include!(concat!(env!("OUT_DIR"), "/inkcache_dispatcher.skel.rs"));

@@ -497,6 +497,51 @@ fn non_target_cost() {
     }
 }
 
+/// What the hit path's primitives cost (bpf/inkcache_prims.bpf.c): a BPF-to-BPF call, the frame
+/// grown at the tail and at the head (alone, and with a request read before and a reply written
+/// after), a tail call; each timed as `prog_ns` times everything here, against the program that
+/// only returns XDP_PASS (docs/results/hitcost.md, twenty-seventh run).
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn primitives_cost() {
+    use inkcache::skel::prims::InkcachePrimsSkelBuilder;
+    use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+    let mut pass_obj = std::mem::MaybeUninit::uninit();
+    let pass = load_pass(&mut pass_obj);
+    let mut obj = std::mem::MaybeUninit::uninit();
+    let p = InkcachePrimsSkelBuilder::default()
+        .open(&mut obj)
+        .unwrap()
+        .load()
+        .unwrap();
+    // 64 bytes (what the programs that read a request read), Ethernet with IPv4's EtherType
+    let mut frame = vec![0u8; 64];
+    frame[..12].fill(0xff);
+    frame[12] = 0x08;
+    let base = prog_ns(&pass.progs.inkcache_pass, &frame);
+    println!("| the program does, before returning | ns | over XDP_PASS ({base} ns) |");
+    println!("| --- | ---: | ---: |");
+    let progs = &p.progs;
+    for (what, prog) in [
+        ("one BPF-to-BPF call", &progs.call1),
+        ("three BPF-to-BPF calls", &progs.call3),
+        ("bpf_xdp_adjust_tail(ctx, 56)", &progs.grow_tail),
+        ("bpf_xdp_adjust_head(ctx, -56)", &progs.grow_head),
+        (
+            "64 bytes read, grown at the tail, 120 bytes written",
+            &progs.tail_rw,
+        ),
+        (
+            "64 bytes read, grown at the head, 120 bytes written",
+            &progs.head_rw,
+        ),
+        ("bpf_tail_call to a program that returns", &progs.tail_call),
+    ] {
+        let ns = prog_ns(prog, &frame);
+        println!("| {what} | {ns} | {} |", ns as i128 - base as i128);
+    }
+}
+
 /// Mean ns of one run of `prog` on `frame` after user space has read `evict` (bigger than the
 /// L2 cache, which on this AMD VM holds L1's lines too): the program's code and data then come
 /// from L3 or memory, as they may live when other work runs on its CPU between packets. The mean

@@ -1,18 +1,12 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* What the hit path's primitives cost under BPF_PROG_TEST_RUN (docs/results/hitcost.md,
- * twenty-seventh run): each program does one thing, then returns XDP_PASS; scripts/xdp-prims.c
- * times them against the one that only returns. Not part of inkcache: built by hand, as that
- * file's header says. */
+/* Measurement only, never attached: what the hit path's primitives cost under BPF_PROG_TEST_RUN
+ * (tests/unit/cost.rs's primitives_cost; docs/results/hitcost.md, twenty-seventh run). Each
+ * program does one thing, then returns XDP_PASS (XDP_DROP if its helper or tail call failed);
+ * the test times each against inkcache_pass.bpf.c's program, which only returns. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-SEC("xdp")
-int pass(struct xdp_md *ctx)
-{
-	return XDP_PASS;
-}
 
 /* a BPF-to-BPF call the compiler cannot inline or fold */
 __noinline int plus_one(int x)
@@ -89,13 +83,20 @@ int head_rw(struct xdp_md *ctx)
 	return bpf_xdp_adjust_head(ctx, -56) ? XDP_DROP : write_reply(ctx, v);
 }
 
+/* the tail call's target: returns at once */
+SEC("xdp")
+int tail_target(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 1);
 	__uint(key_size, sizeof(__u32));
 	__array(values, int(void *));
 } next SEC(".maps") = {
-	.values = { [0] = (void *)&pass },
+	.values = { [0] = (void *)&tail_target },
 };
 
 SEC("xdp")
