@@ -151,7 +151,7 @@ static __always_inline int answer(struct __sk_buff *skb, __u32 magic)
 	}
 	if (magic == INK_META_SPLIT)
 		return split(skb, s, n, fh.req_id, want_cas, bound);
-	out = compose_reply(n, fh.req_id, want_cas, bound);
+	out = compose_reply(n, fh.req_id, want_cas, bound, 0);
 	if (out < 0) {
 		count_unanswerable(s, out, bound); /* a key went since XDP looked, or over the bound */
 		return pass_on(&s->pk, fh.req_id);

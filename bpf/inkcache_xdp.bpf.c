@@ -244,9 +244,12 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 	__u32 bound, limit;
 
 	/* read back from map memory, whose values the verifier does not follow: both ways of
-	 * finding the keys leave it one state to walk the rest with, not two */
+	 * finding the keys, and get and gets, leave it one state to walk the rest with (the
+	 * inlined lookup included), not two */
 	s->rq.keys = n;
 	n = *(volatile __s32 *)&s->rq.keys;
+	s->rq.cas = want_cas;
+	want_cas = *(volatile __u32 *)&s->rq.cas;
 
 	STAGE(STAGE_KEYS);
 
@@ -272,7 +275,7 @@ static __always_inline int handle_get(struct xdp_md *ctx, struct scratch *s, str
 	STAGE(STAGE_BOUND);
 	room = room_of(ctx);
 	limit = frame_room(ctx, room, s, p);
-	out = compose_reply(n, req_id, want_cas, limit < bound ? limit : bound);
+	out = compose_reply(n, req_id, want_cas, limit < bound ? limit : bound, 1);
 	if (out < 0) {
 		if (count_unanswerable(s, out, bound)) {
 			/* a multi-key get with a key missing: the others may hit; TC ingress answers

@@ -186,6 +186,7 @@ __noinline int compose_mg(__u32 len, __u32 limit)
 			 OUT_LEN);
 	if (r < 0)
 		return r;
+	lookup_upkeep(s, MG_STAGE, r);
 	/* an item that may carry meta state (stale, a win token sent) gets flags from memcached
 	 * that a get reply does not show: memcached answers */
 	if (!(s->lk.flags & ITEM_META_OK))

@@ -76,12 +76,15 @@ static __always_inline int parse_get_keys(__u32 pos, __u32 len)
  * length, at most `limit`, with its sum (csum.h) in scratch.lk.sum; or RP_MISS / RP_EXPIRED if a
  * key has no servable item, or RP_OVER if the reply would be longer than `limit` (scratch.need
  * then holds the length reached: the reply needs at least that much). Inlined (a call costs on
- * the hit path): each key's lookup is table_lookup's, checked once. */
-static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit)
+ * the hit path). With inline_one (XDP), a 1-key get's lookup is inlined too (lookup_item); every
+ * other lookup is table_lookup's, checked once. */
+static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, __u32 limit,
+					 __u32 inline_one)
 {
 	struct scratch *s = get_scratch();
 	__u32 out = UDP_HDR_MC;
 	__u16 id = req_id;
+	int r;
 
 	if (!s)
 		return RP_MISS;
@@ -90,16 +93,24 @@ static __always_inline int compose_reply(__u32 n, __u32 req_id, __u32 want_cas, 
 	if (limit > DGRAM_MAX)
 		limit = DGRAM_MAX;
 	s->lk.one_key = n == 1;
-	if (n > 1)
-		warm_keys(n);
-	for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
-		int r;
-		if (k >= n)
-			break;
-		r = table_lookup(k, out, want_cas, limit);
+	if (n == 1 && inline_one) {
+		r = lookup_item(0, out, want_cas, limit, 1);
 		if (r < 0)
 			return r;
+		lookup_upkeep(s, out, r);
 		out += r;
+	} else {
+		if (n > 1)
+			warm_keys(n);
+		for (__u32 k = 0; k < MAX_GET_KEYS; k++) {
+			if (k >= n)
+				break;
+			r = table_lookup(k, out, want_cas, limit);
+			if (r < 0)
+				return r;
+			lookup_upkeep(s, out, r);
+			out += r;
+		}
 	}
 	if (out + 5 > limit) { /* no key: table_lookup did not check */
 		s->need = out + 5;
@@ -128,13 +139,14 @@ static long hits_step(__u32 k, void *ctx)
 	if (k >= w->n || k >= MAX_GET_KEYS)
 		return 1;
 	r = table_lookup(k, w->out, w->want_cas, w->limit);
-	if (r >= 0) {
-		w->out += r;
-		return 0;
-	}
 	s = get_scratch();
 	if (!s)
 		return 1;
+	if (r >= 0) {
+		lookup_upkeep(s, w->out, r);
+		w->out += r;
+		return 0;
+	}
 	r = w->m;
 	barrier_var(r);
 	s->miss[r & 31] = k;

@@ -104,7 +104,7 @@ struct scratch {
 		__u32 sum;             /* its sum (csum.h, as buf_sum gives it) */
 		__u32 marks;           /* its bytes below '!' or above 0x7f; ~0: not counted */
 		__s32 keys;            /* the keys of its get, as handle_get found them */
-		__u32 pad;
+		__u32 cas;             /* and whether it is a `gets` */
 	} rq;
 	__u32 nmiss;
 	__u32 miss_end;              /* the get for them being written: its end so far */
@@ -141,7 +141,8 @@ struct scratch {
 		 * that every path into a loop leaves it the same state */
 		volatile __u64 cp_from, cp_dst, cp_n; /* copy_item's arguments */
 		__u64 h, p;            /* table_lookup: the key's hash, the item's log position */
-		__u32 pos, pad;        /* and its way's 32-bit position */
+		__u32 pos;             /* and its way's 32-bit position */
+		__u32 upkeep;          /* UPK_*: what the caller does after a hit (lookup_upkeep) */
 	} lk;
 	struct {                     /* meta_flags' state: in map memory, whose values the verifier
 				      * does not follow (flag combinations as register constants

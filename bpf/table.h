@@ -35,6 +35,10 @@
 #define LKM_STAGE 2        /* the item as stored (CAS included), for a caller that composes;
 			    * `limit` bounds out_off + the item's length */
 
+/* What a hit leaves its caller to do (scratch.lk.upkeep; lookup_upkeep does it) */
+#define UPK_SLOT    1      /* copy the item into the key's hot slot (slot_put) */
+#define UPK_PROMOTE 2      /* move the item to the log head (promote) */
+
 /* table_lookup results */
 #define LK_MISS     -1
 #define LK_FULL     -2     /* the reply would exceed the caller's limit (scratch.need: how far) */
@@ -175,9 +179,10 @@ __noinline int copy_to_seg(__u32 segi, __u32 soff, __u32 src, __u32 n, __u32 fro
  * from n and its counter is dead after it, so every exit leaves one state and the verifier walks
  * what follows once. */
 static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u64 from, __u64 dst,
-				     __u64 n, __u64 sum, __u64 *dep)
+				     __u64 n, __u64 sum, __u64 *dep, __u32 inlined)
 {
 	__u64 acc = 0, x = 0, steps, a, b, rest, o, to, fr;
+	const __u8 *src;
 
 	s->lk.cp_from = from;
 	s->lk.cp_dst = dst;
@@ -187,16 +192,28 @@ static __always_inline int copy_item(struct scratch *s, struct ink_seg *seg, __u
 	n = s->lk.cp_n;
 	if (n == 0 || n > ITEM_CAP || from >= SEG_BYTES + 512)
 		return -1;
+	src = &seg->b[from];
+	if (inlined) {
+		/* where the copy is inlined in XDP's entry program, clang spills `from` before the
+		 * check and reloads it after, and 6.1 keeps no bounds for a spilled unknown scalar:
+		 * the loop reads through a pointer made from a copy checked just before (a spilled
+		 * pointer keeps its bounds) */
+		fr = from;
+		barrier_var(fr);
+		if (fr >= SEG_BYTES + 512)
+			return -1;
+		src = &seg->b[fr];
+		barrier_var(src);
+	}
 	steps = n >> 4;
 	for (__u64 c = 0; c < ITEM_CAP / 16; c++) {
 		if (c >= steps)
 			break;
 		o = c * 16;
 		to = (dst + o) & OUT_MASK;
-		fr = from + o;
 		barrier_var(to);
-		a = LOAD64(&seg->b[fr]);
-		b = LOAD64(&seg->b[fr + 8]);
+		a = LOAD64(src + o);
+		b = LOAD64(src + o + 8);
 		STORE64(&s->out[to], a);
 		STORE64(&s->out[to + 8], b);
 		x ^= a ^ b;
@@ -499,8 +516,14 @@ __noinline int warm_keys(__u32 n)
  * `gets` form (only if its CAS is known), serving it if not expired (the clocks are read if the
  * item has an expiry: expired_at; the caller starts them with clocks_reset). Returns the
  * bytes appended, or LK_*; LK_FULL (nothing copied) if the reply would then be longer than
- * `limit` with "END\r\n" added. Adds the appended bytes' sum to scratch.lk.sum (csum.h). */
-__noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
+ * `limit` with "END\r\n" added. Adds the appended bytes' sum to scratch.lk.sum (csum.h). On a
+ * hit, scratch.lk.upkeep says what the caller must do next, before its next lookup:
+ * lookup_upkeep. That is left to the caller so that no call chain holds both a lookup's frame
+ * and promote's: XDP inlines a 1-key get's lookup (a call and its return cost ~4% of a hot hit
+ * here, hitcost.md's twenty-eighth run), and its frame then holds the lookup's spills too.
+ * `inlined`: the caller is that inlined copy (copy_item then takes care of 6.1's verifier). */
+static __always_inline int lookup_item(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit,
+				       __u32 inlined)
 {
 	struct scratch *s = get_scratch();
 	struct ink_global *g = global_state();
@@ -508,6 +531,7 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	struct ink_seg *seg, *slot;
 	struct ink_item *it;
 	__u32 koff, klen, pos = 0, len, hdr, ikl, iflags, isum, cas, first, out_len, soff, segi, sloff;
+	__u32 upkeep;
 	__u64 h, head, p, exp, filled, dep, sq = 0, spos = 0;
 
 	if (!s || !g || out_off > UDP_HDR_MC + PAYLOAD_MAX)
@@ -607,12 +631,12 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	soff &= SEG_BYTES - 1;
 	if (first == len) {
 		/* served whole: its sum is the item's, moved to where it lies in the reply */
-		if (copy_item(s, seg, soff + ITEM_HDR, out_off, len, 0, &dep))
+		if (copy_item(s, seg, soff + ITEM_HDR, out_off, len, 0, &dep, inlined))
 			return LK_MISS;
 		s->lk.sum += csum_at(isum, out_off);
-	} else if (copy_item(s, seg, soff + ITEM_HDR, out_off, first, 1, &dep) ||
+	} else if (copy_item(s, seg, soff + ITEM_HDR, out_off, first, 1, &dep, inlined) ||
 		   copy_item(s, seg, soff + ((ITEM_HDR + hdr - 2) & 511), out_off + first,
-			     len - (hdr - 2), 1, &dep)) {
+			     len - (hdr - 2), 1, &dep, inlined)) {
 		return LK_MISS;
 	}
 
@@ -639,6 +663,11 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 	p = s->lk.p;
 	if (head - p > arena_units())
 		return LK_MISS;
+	/* what the caller does next (lookup_upkeep), both only for an item served whole, whose
+	 * copy (out_len == len bytes at out_off) is what they write: an item about to be
+	 * overwritten that is still read moves to the head (approximates LRU); a 1-key get's item
+	 * not read from its hot slot is copied there, for its next hit to read with the set */
+	upkeep = head - p > arena_units() / 4 * 3 && first == len ? UPK_PROMOTE : 0;
 	if (s->lk.slot_sq) {
 		segi = slot_seg(h, &sloff);
 		slot = bpf_map_lookup_elem(&arena, &segi);
@@ -648,12 +677,31 @@ __noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
 			return LK_MISS; /* rewritten while copied */
 		stat_inc(ST_SLOT_HITS);
 	} else if (s->lk.one_key && first == len && len <= SLOT_ITEM_MAX - ITEM_HDR) {
-		slot_put(h, p, out_off, len); /* the key's next hit reads it with the set */
+		upkeep |= UPK_SLOT;
 	}
-	/* an item about to be overwritten that is still read moves to the head (approximates LRU) */
-	if (head - p > arena_units() / 4 * 3 && first == len)
-		promote(h, s->lk.pos, out_off, len);
+	s->lk.upkeep = upkeep;
 	return out_len;
+}
+
+/* lookup_item as a function of its own: the verifier checks it once, whatever its callers. */
+__noinline int table_lookup(__u32 k, __u32 out_off, __u32 want_cas, __u32 limit)
+{
+	return lookup_item(k, out_off, want_cas, limit, 0);
+}
+
+/* What a hit of lookup_item / table_lookup left to do (scratch.lk.upkeep), its item's copy being
+ * the `len` bytes (the lookup's result) at scratch.out[out_off]. Called after every hit, before
+ * the next lookup. */
+static __always_inline void lookup_upkeep(struct scratch *s, __u32 out_off, __u32 len)
+{
+	__u32 todo = s->lk.upkeep;
+
+	if (!todo)
+		return;
+	if (todo & UPK_SLOT)
+		slot_put(s->lk.h, s->lk.p, out_off, len);
+	if (todo & UPK_PROMOTE)
+		promote(s->lk.h, s->lk.pos, out_off, len);
 }
 
 /* Installs the item at scratch.buf[fa.off, +fa.len) for key hash fa.h if the set allows it (see

@@ -661,14 +661,14 @@ fn an_item_about_to_expire_is_served_until_it_expires() {
     panic!("three tries checked too late: the machine is too busy for this test");
 }
 
-fn mg(f: &Fx, fl: &Flow, req: &str) -> Option<String> {
+pub(super) fn mg(f: &Fx, fl: &Flow, req: &str) -> Option<String> {
     let (a, p) = f.request(fl, req.as_bytes());
     (a == XDP_TX).then(|| String::from_utf8(p.unwrap()).unwrap())
 }
 
 /// Stores key=value over a followed connection (settled by memcached's STORED): a key written
 /// since attach by a plain set, so its expiry and meta state are known.
-fn set_key(f: &Fx, fl: &Flow, key: &str, flags: u32, value: &[u8]) {
+pub(super) fn set_key(f: &Fx, fl: &Flow, key: &str, flags: u32, value: &[u8]) {
     let mut c = Conn::open(f, fl.clone());
     let mut req = format!("set {key} {flags} 0 {}\r\n", value.len()).into_bytes();
     req.extend_from_slice(value);

@@ -2,7 +2,9 @@
 //! against the kernel's own table, request by request: the same sequence of gets (a miss filled
 //! at once from the server's reply) must hit and miss at the same requests, through promotions,
 //! lapped items and evictions. A model that drifts from bpf/table.h fails here.
+//! And the promotions the model assumes, made by every kind of get that reads the table.
 use super::fixture::HASH_SEED;
+use super::gets::{mg, set_key};
 use super::*;
 use inkmodel::table::{Key, Table};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -68,4 +70,60 @@ fn the_model_hits_and_misses_where_the_kernel_does() {
     );
     assert_eq!(st.promoted, model.counters.promoted);
     assert_eq!(st.fills, model.counters.fills);
+}
+
+/// An item read when the log is about to come round to it moves to the log head, whichever get
+/// reads it: a 1-key get, each key of a multi-key get, a meta get. The lookup leaves the move to
+/// its caller (bpf/table.h's lookup_upkeep), so each caller is checked.
+#[test]
+fn every_kind_of_get_moves_an_item_about_to_be_overwritten() {
+    let f = fx();
+    let fl = Flow::v4();
+    for k in ["pr:one", "pr:two", "pr:three"] {
+        f.fill(&fl, k, 5, k.as_bytes());
+    }
+    set_key(&f, &fl, "pr:meta", 0, b"mv");
+    assert!(f.fill_with(&fl, "get pr:meta\r\n", &value_reply("pr:meta", 0, b"mv")));
+    // the head seven eighths of the log further on: every item is old enough to be moved
+    let mut g = f.global();
+    g.head += f.l.layout.segs as u64 * inkcache::abi::SEG_UNITS as u64 / 8 * 7;
+    f.set_global(&g);
+    let at = |k: &str| f.way_pos(k).expect("the key's way");
+    let moved = |what: &str, keys: &[&str], before: &[u32], promoted: u64| {
+        for (k, b) in keys.iter().zip(before) {
+            let now = at(k);
+            assert!(
+                now != *b && now.wrapping_sub(g.head as u32) < 1 << 20,
+                "{what}: {k} not moved to the head (way at {now}, was {b}, head {})",
+                g.head as u32
+            );
+        }
+        assert_eq!(f.stats().promoted, promoted, "{what}: {:?}", f.stats());
+    };
+    let p0 = f.stats().promoted;
+
+    let before = [at("pr:one")];
+    f.assert_hit(&fl, "pr:one", 5, b"pr:one");
+    moved("1-key get", &["pr:one"], &before, p0 + 1);
+
+    let before = [at("pr:two"), at("pr:three")];
+    let (a, reply) = f.request(&fl, b"get pr:two pr:three\r\n");
+    assert_eq!(a, XDP_TX, "{:?}", f.stats());
+    let mut want = value_reply("pr:two", 5, b"pr:two");
+    want.truncate(want.len() - 5); // the first item's "END\r\n"
+    want.extend_from_slice(&value_reply("pr:three", 5, b"pr:three"));
+    assert_eq!(reply.unwrap(), want);
+    moved("2-key get", &["pr:two", "pr:three"], &before, p0 + 3);
+
+    let before = [at("pr:meta")];
+    assert_eq!(
+        mg(&f, &fl, "mg pr:meta v\r\n").as_deref(),
+        Some("VA 2\r\nmv\r\n")
+    );
+    moved("meta get", &["pr:meta"], &before, p0 + 4);
+
+    // each moved item is served from its new place
+    f.assert_hit(&fl, "pr:one", 5, b"pr:one");
+    f.assert_hit(&fl, "pr:three", 5, b"pr:three");
+    assert_eq!(f.stats().promoted, p0 + 4, "moved twice");
 }
