@@ -126,7 +126,7 @@ static __always_inline void bin_flush(__u32 ext, __u32 delay, int cut)
 	if (cut) {
 		until = now + 2592000ULL * NS_PER_SEC; /* delay unknown: assume the longest */
 	} else if (ext == 4 && delay > 0) {
-		__u64 at = exptime_to_ns((__s64)delay + 1, now, g); /* +1: exptime_to_ns is 1 s early */
+		__u64 at = exptime_to_ns((__s64)delay + 2, now, g); /* +2: exptime_to_ns is 2 s early */
 		until = (at == EXP_UNKNOWN ? now : at) + 2 * NS_PER_SEC;
 	}
 	if (until > g->fill_block_until)

@@ -210,7 +210,7 @@ __noinline int walk_flush(void)
 	if (invalidation_off)
 		return 0;
 	if (delay > 0) {
-		__u64 at = exptime_to_ns((__s64)delay + 1, now, g); /* +1: exptime_to_ns is 1 s early */
+		__u64 at = exptime_to_ns((__s64)delay + 2, now, g); /* +2: exptime_to_ns is 2 s early */
 		until = (at == EXP_UNKNOWN ? now : at) + 2 * NS_PER_SEC;
 	}
 	if (until > g->fill_block_until)

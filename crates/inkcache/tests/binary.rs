@@ -859,10 +859,10 @@ fn expiry_learned_from_binary_mutations() {
     bin_client(
         &rig,
         addr,
-        &["set:bxset:s:3".to_string(), "touch:bxtouch:3".to_string()],
+        &["set:bxset:s:4".to_string(), "touch:bxtouch:4".to_string()],
     );
-    let mut b = touch(GAT, "bxgat", 3);
-    b.extend(arith(INCR, "bxincr", 1, 42, 3));
+    let mut b = touch(GAT, "bxgat", 4);
+    b.extend(arith(INCR, "bxincr", 1, 42, 4));
     let rs = rig.client(|| bin_tcp(addr, &b));
     assert_eq!((rs[1].0, rs[1].1), (INCR, 0), "{rs:?}");
     settle();

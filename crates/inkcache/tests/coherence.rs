@@ -446,16 +446,16 @@ fn expiry_learned_from_mutations() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let abs = format!("set abs 0 {} 1\r\na\r\n", now + 3);
+    let abs = format!("set abs 0 {} 1\r\na\r\n", now + 4);
     for cmd in [
-        &b"set rel 0 3 1\r\nr\r\n"[..],
+        &b"set rel 0 4 1\r\nr\r\n"[..],
         abs.as_bytes(),
         b"set tch 0 0 1\r\nt\r\n",
     ] {
         assert_eq!(rig.tcp(cmd), inkproto::client::Response::Stored);
     }
     assert_eq!(
-        rig.tcp(b"touch tch 3\r\n"),
+        rig.tcp(b"touch tch 4\r\n"),
         inkproto::client::Response::Touched
     );
     settle();
@@ -482,7 +482,7 @@ fn expiry_learned_from_mutations() {
 fn expiry_survives_failed_writes_and_unparsable_segments() {
     let rig = Rig::attached(&["--max-age", "2"]).unwrap();
     for k in ["add", "cas", "msadd"] {
-        let req = format!("set {k} 0 3 3\r\nold\r\n");
+        let req = format!("set {k} 0 4 3\r\nold\r\n");
         assert_eq!(rig.tcp(req.as_bytes()), inkproto::client::Response::Stored);
     }
     assert_eq!(

@@ -94,7 +94,7 @@ pub struct CheckConfig {
     /// Reader threads (one UDP socket each, one get outstanding).
     #[arg(long, default_value_t = 4)]
     pub readers: usize,
-    /// Keys written only every few seconds (by one extra writer, with TTLs of 1-2 s), so that
+    /// Keys written only every few seconds (by one extra writer, with TTLs of 3-4 s), so that
     /// reads can find values past their expiry; 10% of reads go to them.
     #[arg(long, default_value_t = 4)]
     pub expiry_keys: usize,

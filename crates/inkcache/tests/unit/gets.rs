@@ -611,12 +611,12 @@ fn a_negative_exptime_is_never_cached() {
     assert!(!f.fill_with(&fl, "get neg\r\n", &value_reply("neg", 0, b"x")));
 }
 
-/// Stores key = "x" with exptime 2 over a followed connection (settled by memcached's STORED)
+/// Stores key = "x" with exptime 3 over a followed connection (settled by memcached's STORED)
 /// and fills it: the kernel serves it for 1 s from the write (memcached's clock ticks in whole
 /// seconds).
 fn store_expiring(f: &Fx, fl: &Flow, key: &str) {
     let mut c = Conn::open(f, fl.clone());
-    c.send(f, format!("set {key} 0 2 1\r\nx\r\n").as_bytes());
+    c.send(f, format!("set {key} 0 3 1\r\nx\r\n").as_bytes());
     c.answer(f, b"STORED\r\n");
     f.fill(fl, key, 0, b"x");
 }
