@@ -61,6 +61,19 @@ static __always_inline void write_key(struct scratch *s, __u32 off, __u32 len, _
 			 ((s->ws.exact && answers) ? INV_EXACT : 0) | (meta << INV_META_SHIFT));
 }
 
+/* Whether the data block of a storage command, its <bytes> at scratch.buf[start, start + vlen),
+ * ends in "\r\n" as memcached requires: 1 yes; 0 no (memcached answers CLIENT_ERROR bad data
+ * chunk and the item stays as it was, its expiry and meta state included: complete_nread_ascii);
+ * -1 not known here (the block ends past the bytes being walked). */
+static __always_inline int data_block_ok(struct scratch *s, __u64 start, __u64 vlen)
+{
+	__u64 end = start + vlen;
+
+	if (end + 2 > s->ws.end)
+		return -1;
+	return BUF(s, end) == '\r' && BUF(s, end + 1) == '\n';
+}
+
 /* Whether the last token is "noreply" (memcached's set_noreply_maybe). */
 static __always_inline int noreply(struct scratch *s)
 {

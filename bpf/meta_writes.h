@@ -256,6 +256,8 @@ __noinline __s64 walk_meta(__u32 eol, __u32 op)
 	__u32 nt, f, koff, klen, answers = 1;
 	__s32 vlen = 0;
 	__u64 exp, h;
+	__u32 meta;
+	int block;
 
 	if (!s)
 		return WL_VOID;
@@ -304,15 +306,27 @@ __noinline __s64 walk_meta(__u32 eol, __u32 op)
 			  (f & (MF_VIVIFY | MF_WIN)) ? META_DIRTY : META_KEEP);
 		break;
 	case 's':
+		block = data_block_ok(s, eol + 1, vlen);
+		if (block == 0) { /* bad data chunk (or too large: deleted), as walk_storage */
+			write_key(s, koff, klen, h, HINT_KEEP, 0, META_KEEP);
+			uncountable(s);
+			break;
+		}
 		if (f & MF_MODE_AP)
 			exp = HINT_KEEP;
 		else
 			exp = meta_exp(s, f, EXP_NEVER); /* no T: never expires */
-		if (f & (MF_MODE_E | MF_CAS | MF_STALE))
+		if ((f & (MF_MODE_E | MF_CAS | MF_STALE)) || block < 0)
 			exp = exp_either(koff, klen, h, exp);
-		write_key(s, koff, klen, h, exp, answers,
-			  (f & MF_STALE) ? META_DIRTY :
-			  (f & (MF_MODE_E | MF_MODE_AP | MF_CAS)) ? META_KEEP : META_CLEAN);
+		/* a fresh item, unless a mode or CAS may keep the old one, or the block is not
+		 * known to be taken */
+		if (f & MF_STALE)
+			meta = META_DIRTY;
+		else if ((f & (MF_MODE_E | MF_MODE_AP | MF_CAS)) || block < 0)
+			meta = META_KEEP;
+		else
+			meta = META_CLEAN;
+		write_key(s, koff, klen, h, exp, answers, meta);
 		break;
 	case 'd':
 		if (f & MF_STALE) /* marked stale, not deleted; T sets its expiry */

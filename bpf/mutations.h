@@ -31,6 +31,7 @@ __noinline __s64 walk_storage(__u32 eol, __u32 which)
 	struct scratch *s = get_scratch();
 	__u32 cas = which == 'c', nt, nr, klen, koff, answers;
 	__s32 vlen;
+	int block;
 	__u64 exp, h;
 
 	if (!s)
@@ -56,13 +57,21 @@ __noinline __s64 walk_storage(__u32 eol, __u32 which)
 	/* memcached reads <bytes> + 2 now (into the item, or swallowed if it cannot store it; a set
 	 * that cannot be stored deletes the old item): the key may change */
 	h = key_hash(koff, klen);
+	block = data_block_ok(s, eol + 1, vlen);
+	if (block == 0) {
+		/* refused (bad data chunk), or too large (the old item deleted): invalidated, the
+		 * expiry and meta state left as they were */
+		write_key(s, koff, klen, h, HINT_KEEP, 0, META_KEEP);
+		uncountable(s);
+		return (__s64)eol + 1 + (__s64)vlen + 2;
+	}
 	if (which == 'A' || which == 'P')
 		exp = HINT_KEEP;     /* append/prepend keep the item's expiry */
-	else if (which == 'a' || which == 'c')
+	else if (which == 'a' || which == 'c' || block < 0)
 		exp = exp_either(koff, klen, h, exp); /* may fail and leave the old item */
-	/* set and replace leave a fresh item (or none) */
+	/* set and replace leave a fresh item (or none), if the data block is known to be taken */
 	write_key(s, koff, klen, h, exp, answers,
-		  which == 's' || which == 'r' ? META_CLEAN : META_KEEP);
+		  (which == 's' || which == 'r') && block > 0 ? META_CLEAN : META_KEEP);
 	count_answers(s, answers);
 	return (__s64)eol + 1 + (__s64)vlen + 2;
 refused:
@@ -447,6 +456,7 @@ __noinline int invalidate_mutations(__u32 pos, __u32 len)
 	if (!s)
 		return -1;
 	s->ws.skip = 0;
+	s->ws.end = len;
 	bpf_loop(WALK_MAX, walk_command, &w, 0);
 	if (w.ret == -2) { /* more commands than we walk */
 		invalidate_all(ST_INVAL_UNPARSABLE);

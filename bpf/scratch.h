@@ -31,6 +31,7 @@ struct walk_state {
 	__u32 stopped;         /* the server closes the connection after the commands walked */
 	__u32 part;            /* bytes of a cut line carried before the next bytes walked */
 	__u32 long_get;        /* skipping to the end of a get line too long to carry */
+	__u32 end;             /* the end of the bytes being walked (data_block_ok) */
 	struct ink_req_key rk; /* the UDP request (client, port, request id) */
 };
 

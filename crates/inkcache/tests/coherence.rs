@@ -543,6 +543,36 @@ fn expiry_survives_failed_writes_and_unparsable_segments() {
     assert_eq!(rig.stat("hits"), hits, "{}", rig.stats());
 }
 
+/// A storage command whose data block memcached refuses (its <bytes> not followed by "\r\n":
+/// CLIENT_ERROR bad data chunk) leaves the item as it was, its expiry and meta state included
+/// (found by tests/differential.rs): the kernel serves it no longer than memcached does, and
+/// answers a meta get of it as memcached does.
+#[test]
+fn a_refused_data_block_leaves_the_item_as_it_was() {
+    use inkproto::client::{parse_response, Response};
+    let rig = Rig::attached(&[]).unwrap();
+    let bad_chunk = Response::ClientError("bad data chunk".into());
+    for k in ["ttl_set", "ttl_ms"] {
+        let req = format!("set {k} 0 4 3\r\nold\r\n");
+        assert_eq!(rig.tcp(req.as_bytes()), Response::Stored);
+    }
+    // exptime 0 (never) refused: the items keep their TTL
+    assert_eq!(rig.tcp(b"set ttl_set 0 0 2\r\nabcd\r\n"), bad_chunk);
+    assert_eq!(rig.tcp(b"ms ttl_ms 2 T0\r\nabcd\r\n"), bad_chunk);
+    // an item vivified by a meta get (its win token handed out), then a set refused: memcached
+    // still flags it (Z: the token is out), so the kernel must not answer mg for it
+    rig.tcp(b"mg viv N30 v\r\n");
+    assert_eq!(rig.tcp(b"set viv 0 0 2\r\nabcd\r\n"), bad_chunk);
+    settle();
+    for k in ["ttl_set", "ttl_ms", "viv"] {
+        cache_it(&rig, k);
+    }
+    let want = rig.tcp(b"mg viv v\r\n");
+    let got = rig.udp_get(7, b"mg viv v\r\n").expect("an answer");
+    assert_eq!(parse_response(&got).unwrap().map(|r| r.0), Some(want));
+    assert_expired_not_served(&rig, "ttl_set", &["ttl_set", "ttl_ms"]);
+}
+
 /// Items whose expiry is unknown (written before attach) are served at most --max-age.
 #[test]
 fn max_age_bounds_items_written_before_attach() {
