@@ -144,7 +144,7 @@ static __always_inline void bin_flush(__u32 ext, __u32 delay, int cut)
 __noinline __s64 bin_request(__u32 pos, __u32 end)
 {
 	struct scratch *s = get_scratch();
-	__u32 op, klen, ext, body, kpos, fixed, valid;
+	__u32 op, klen, ext, body, kpos, fixed, valid, fresh = 0;
 	__u64 w0, cas, exp, h;
 	__s64 next;
 	int cls;
@@ -216,9 +216,12 @@ __noinline __s64 bin_request(__u32 pos, __u32 end)
 	case BC_FLUSH:
 		bin_flush(ext, ext == 4 ? bin_be32(s, pos + BIN_HDR_LEN) : 0, 0);
 		return next;
-	case BC_STORE: /* set with a CAS, and add, may leave the old item (and expiry) in place */
+	case BC_STORE: /* only a set without a CAS surely leaves a fresh item (or none: a value
+			* memcached cannot store unlinks the old item on a set only); add, replace and a
+			* CAS may leave the old item, its expiry and meta state in place */
 		exp = bin_exp(bin_be32(s, pos + BIN_HDR_LEN + 4));
-		if (cas || op == BIN_ADD || op == BIN_ADDQ)
+		fresh = !cas && (op == BIN_SET || op == BIN_SETQ);
+		if (!fresh)
 			exp = bin_exp_either(kpos, klen, h, exp);
 		break;
 	case BC_DELETE: /* with a CAS it may fail: the item keeps its expiry then */
@@ -241,10 +244,7 @@ __noinline __s64 bin_request(__u32 pos, __u32 end)
 	default: /* read-only */
 		return next;
 	}
-	/* set and replace without a CAS leave a fresh item (or none) */
-	invalidate_key(kpos, klen, h, exp,
-		       (cls == BC_STORE && !cas && op != BIN_ADD && op != BIN_ADDQ) ? META_CLEAN
-										: META_KEEP);
+	invalidate_key(kpos, klen, h, exp, fresh ? META_CLEAN : META_KEEP);
 	return next;
 }
 

@@ -54,8 +54,9 @@ __noinline __s64 walk_storage(__u32 eol, __u32 which)
 		goto refused;
 	if (vlen < 0 || vlen > MC_INT_MAX - 2)
 		goto refused;
-	/* memcached reads <bytes> + 2 now (into the item, or swallowed if it cannot store it; a set
-	 * that cannot be stored deletes the old item): the key may change */
+	/* memcached reads <bytes> + 2 now (into the item, or swallowed if it cannot store it: too
+	 * large, or out of memory; a set then deletes the old item, a replace leaves it): the key
+	 * may change */
 	h = key_hash(koff, klen);
 	block = data_block_ok(s, eol + 1, vlen);
 	if (block == 0) {
@@ -67,11 +68,10 @@ __noinline __s64 walk_storage(__u32 eol, __u32 which)
 	}
 	if (which == 'A' || which == 'P')
 		exp = HINT_KEEP;     /* append/prepend keep the item's expiry */
-	else if (which == 'a' || which == 'c' || block < 0)
+	else if (which != 's' || block < 0)
 		exp = exp_either(koff, klen, h, exp); /* may fail and leave the old item */
-	/* set and replace leave a fresh item (or none), if the data block is known to be taken */
-	write_key(s, koff, klen, h, exp, answers,
-		  (which == 's' || which == 'r') && block > 0 ? META_CLEAN : META_KEEP);
+	/* a set leaves a fresh item (or none), if its data block is known to be taken */
+	write_key(s, koff, klen, h, exp, answers, which == 's' && block > 0 ? META_CLEAN : META_KEEP);
 	count_answers(s, answers);
 	return (__s64)eol + 1 + (__s64)vlen + 2;
 refused:

@@ -543,34 +543,70 @@ fn expiry_survives_failed_writes_and_unparsable_segments() {
     assert_eq!(rig.stat("hits"), hits, "{}", rig.stats());
 }
 
-/// A storage command whose data block memcached refuses (its <bytes> not followed by "\r\n":
-/// CLIENT_ERROR bad data chunk) leaves the item as it was, its expiry and meta state included
-/// (found by tests/differential.rs): the kernel serves it no longer than memcached does, and
+/// A storage command memcached reads but refuses leaves the item as it was, its expiry and meta
+/// state included: a data block not followed by "\r\n" (CLIENT_ERROR bad data chunk, found by
+/// tests/differential.rs), or a replace of a value too large for memcached (SERVER_ERROR: only a
+/// set unlinks the old item then). The kernel serves the item no longer than memcached does, and
 /// answers a meta get of it as memcached does.
 #[test]
 fn a_refused_data_block_leaves_the_item_as_it_was() {
-    use inkproto::client::{parse_response, Response};
+    use inkproto::{
+        binary,
+        client::{parse_response, Response},
+    };
     let rig = Rig::attached(&[]).unwrap();
     let bad_chunk = Response::ClientError("bad data chunk".into());
-    for k in ["ttl_set", "ttl_ms"] {
+    let too_large = Response::ServerError("object too large for cache".into());
+    let keys = ["ttl_set", "ttl_ms", "ttl_replace", "ttl_bin"];
+    for k in keys {
         let req = format!("set {k} 0 4 3\r\nold\r\n");
         assert_eq!(rig.tcp(req.as_bytes()), Response::Stored);
     }
     // exptime 0 (never) refused: the items keep their TTL
     assert_eq!(rig.tcp(b"set ttl_set 0 0 2\r\nabcd\r\n"), bad_chunk);
     assert_eq!(rig.tcp(b"ms ttl_ms 2 T0\r\nabcd\r\n"), bad_chunk);
+    let big = vec![b'z'; 1_100_000];
+    let mut req = b"replace ttl_replace 0 0 1100000\r\n".to_vec();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(b"\r\n");
+    assert_eq!(rig.tcp(&req), too_large);
+    let mut req = Vec::new();
+    let extras = binary::store_extras(0, 0);
+    binary::request(
+        &mut req,
+        binary::op::REPLACE,
+        1,
+        0,
+        &extras,
+        b"ttl_bin",
+        &big,
+    );
+    let addr = rig.server_addr();
+    let status = rig.client(move || {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(&req).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        while binary::packet(&got).is_none() {
+            let n = c.read(&mut buf).unwrap();
+            assert!(n > 0, "closed");
+            got.extend_from_slice(&buf[..n]);
+        }
+        binary::packet(&got).unwrap().0.header.status
+    });
+    assert_eq!(status, binary::status::E2BIG);
     // an item vivified by a meta get (its win token handed out), then a set refused: memcached
     // still flags it (Z: the token is out), so the kernel must not answer mg for it
     rig.tcp(b"mg viv N30 v\r\n");
     assert_eq!(rig.tcp(b"set viv 0 0 2\r\nabcd\r\n"), bad_chunk);
     settle();
-    for k in ["ttl_set", "ttl_ms", "viv"] {
+    for k in keys.iter().chain(&["viv"]) {
         cache_it(&rig, k);
     }
     let want = rig.tcp(b"mg viv v\r\n");
     let got = rig.udp_get(7, b"mg viv v\r\n").expect("an answer");
     assert_eq!(parse_response(&got).unwrap().map(|r| r.0), Some(want));
-    assert_expired_not_served(&rig, "ttl_set", &["ttl_set", "ttl_ms"]);
+    assert_expired_not_served(&rig, "ttl_set", &keys);
 }
 
 /// Items whose expiry is unknown (written before attach) are served at most --max-age.
