@@ -34,7 +34,7 @@ fn env_num(name: &str) -> Option<u64> {
 fn run_seed(seed: u64, ops: usize, attach: &[&str]) -> (Result<(), String>, Stats, u64) {
     let rig = Rig::attached(attach).unwrap();
     let (result, stats) = rig.client(move || {
-        let mut c = Client::new(seed);
+        let mut c = Client::new(seed, "");
         (c.run(ops), c.stats)
     });
     let hits = rig.stat("hits") + rig.stat("tc_hits");
@@ -76,5 +76,44 @@ fn a_kernel_cache_blind_to_writes_is_caught() {
     eprintln!(
         "caught, as it should be: {}",
         e.lines().take(3).collect::<Vec<_>>().join(" / ")
+    );
+}
+
+/// Two clients at once, each on keys of its own (and no flush_all, which would reach the other's
+/// keys): each still reads what memcached holds, the kernel answering both, on both CPUs.
+/// `DIFF_SEED=<n>` runs seeds n and n + 1.
+#[test]
+fn two_clients_at_once_each_read_what_memcached_holds() {
+    let first = env_num("DIFF_SEED").unwrap_or(21);
+    let ops = env_num("DIFF_OPS").map_or(OPS, |n| n as usize);
+    let rig = Rig::attached(&[]).unwrap();
+    let runs = rig.client(|| {
+        std::thread::scope(|sc| {
+            let clients: Vec<_> = [first, first + 1]
+                .into_iter()
+                .map(|seed| {
+                    sc.spawn(move || {
+                        let mut c = Client::new(seed, &format!("c{seed}-"));
+                        (seed, c.run(ops), c.stats)
+                    })
+                })
+                .collect();
+            let runs: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+            runs
+        })
+    });
+    let hits = rig.stat("hits") + rig.stat("tc_hits");
+    let mut compared = 0;
+    for (seed, result, stats) in runs {
+        eprintln!("seed {seed} (with the other): {stats:?}");
+        if let Err(e) = result {
+            panic!("seed {seed} (beside the other client): {e}");
+        }
+        compared += stats.compared;
+    }
+    eprintln!("{hits} answered by the kernel");
+    assert!(
+        hits * 10 >= compared,
+        "the kernel answered {hits} of {compared}"
     );
 }

@@ -34,24 +34,24 @@ struct Key {
     class: Class,
 }
 
-fn keys() -> Vec<Key> {
+fn keys(prefix: &str) -> Vec<Key> {
     let mut v: Vec<Key> = (0..6)
         .map(|i| Key {
-            name: format!("k{i}"),
+            name: format!("{prefix}k{i}"),
             class: Class::Plain,
         })
         .collect();
     // the longest key memcached takes
     v.push(Key {
-        name: format!("L{}", "x".repeat(249)),
+        name: format!("{prefix}L{}", "x".repeat(249 - prefix.len())),
         class: Class::Plain,
     });
     v.extend((0..4).map(|i| Key {
-        name: format!("e{i}"),
+        name: format!("{prefix}e{i}"),
         class: Class::Ttl,
     }));
     v.extend((0..3).map(|i| Key {
-        name: format!("n{i}"),
+        name: format!("{prefix}n{i}"),
         class: Class::Num,
     }));
     v
@@ -152,6 +152,8 @@ pub struct Client {
     pub stats: Stats,
     /// whether flush_all is sometimes delayed (runs of many operations)
     delayed_flush: bool,
+    /// the only client: it may flush_all
+    alone: bool,
 }
 
 #[derive(Debug, Default)]
@@ -172,7 +174,9 @@ fn connect(addr: SocketAddr) -> TcpStream {
 }
 
 impl Client {
-    pub fn new(seed: u64) -> Client {
+    /// A client of its own seed; with a key `prefix`, one of several at once: its keys are its
+    /// own, and it sends no flush_all (which would reach the others' keys).
+    pub fn new(seed: u64, prefix: &str) -> Client {
         let addr = SocketAddr::new(IpAddr::V4(SRV_V4), PORT);
         let addr6 = SocketAddr::new(IpAddr::V6(SRV_V6), PORT);
         let udp = UdpSocket::bind("0.0.0.0:0").unwrap();
@@ -188,7 +192,8 @@ impl Client {
             udp,
             udp6,
             id: (seed as u16).wrapping_mul(7919),
-            keys: keys(),
+            keys: keys(prefix),
+            alone: prefix.is_empty(),
             windows: Vec::new(),
             history: Vec::new(),
             stats: Stats::default(),
@@ -440,7 +445,8 @@ impl Client {
                 158..=170 => self.udp_store_or_update(),
                 171..=191 => self.binary_write(),
                 192..=197 => self.junk(),
-                _ => self.flush(),
+                _ if self.alone => self.flush(),
+                _ => self.text_store_or_update(),
             }
         }
         Ok(())
