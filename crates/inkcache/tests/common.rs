@@ -235,7 +235,7 @@ pub fn tcp_request(addr: SocketAddr, req: &[u8]) -> Result<Response> {
 }
 
 /// Sends one datagram and gathers the replies with the same request id until `wait` has passed
-/// since the last one, or a reply ending in END/EN arrives complete.
+/// since it was sent, or a reply ending in END/EN arrives complete.
 pub fn udp_exchange(addr: SocketAddr, dgram: &[u8], wait: Duration) -> Result<Vec<Vec<u8>>> {
     let bind: SocketAddr = if addr.is_ipv4() {
         "0.0.0.0:0"
@@ -244,6 +244,17 @@ pub fn udp_exchange(addr: SocketAddr, dgram: &[u8], wait: Duration) -> Result<Ve
     }
     .parse()?;
     let s = UdpSocket::bind(bind)?;
+    udp_exchange_on(&s, addr, dgram, wait, |d| assemble(d).is_some())
+}
+
+/// `udp_exchange` from socket `s`, gathering until `done` finds the datagrams gathered whole.
+pub fn udp_exchange_on(
+    s: &UdpSocket,
+    addr: SocketAddr,
+    dgram: &[u8],
+    wait: Duration,
+    done: impl Fn(&[Vec<u8>]) -> bool,
+) -> Result<Vec<Vec<u8>>> {
     s.send_to(dgram, addr)?;
     let want = FrameHeader::decode(dgram).map(|h| h.request_id);
     let mut out = Vec::new();
@@ -259,10 +270,10 @@ pub fn udp_exchange(addr: SocketAddr, dgram: &[u8], wait: Duration) -> Result<Ve
             Ok((n, _)) => {
                 let d = buf[..n].to_vec();
                 if FrameHeader::decode(&d).map(|h| h.request_id) != want {
-                    continue;
+                    continue; // a late answer to an earlier request
                 }
                 out.push(d);
-                if assemble(&out).is_some() {
+                if done(&out) {
                     break;
                 }
             }
@@ -272,9 +283,10 @@ pub fn udp_exchange(addr: SocketAddr, dgram: &[u8], wait: Duration) -> Result<Ve
     Ok(out)
 }
 
-/// Joins datagrams into the reply payload: each message (a run of datagrams starting at sequence 0)
-/// is put in order; complete when a message ends with END\r\n (or is a single-line answer).
-pub fn assemble(dgrams: &[Vec<u8>]) -> Option<Vec<u8>> {
+/// Joins datagrams into the reply payload: each message (a run of datagrams starting at sequence
+/// 0; memcached 1.6 sends each part of a reply as a message, an empty one, "total" 0, for a missed
+/// key) is put in order. None if a datagram has no frame header.
+pub fn join(dgrams: &[Vec<u8>]) -> Option<Vec<u8>> {
     let mut msgs: Vec<Vec<(u16, Vec<u8>)>> = Vec::new();
     for d in dgrams {
         let h = FrameHeader::decode(d)?;
@@ -290,11 +302,14 @@ pub fn assemble(dgrams: &[Vec<u8>]) -> Option<Vec<u8>> {
             payload.extend_from_slice(&p);
         }
     }
-    match parse_response(&payload) {
-        Ok(Some((Response::Values(_), n))) if n == payload.len() => Some(payload),
-        Ok(Some((_, n))) if n == payload.len() => Some(payload),
-        _ => None,
-    }
+    Some(payload)
+}
+
+/// The reply payload the datagrams make (`join`), if it is one complete answer (END closing the
+/// values, or a single-line answer).
+pub fn assemble(dgrams: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let payload = join(dgrams)?;
+    matches!(parse_response(&payload), Ok(Some((_, n))) if n == payload.len()).then_some(payload)
 }
 
 pub fn values(payload: &[u8]) -> Vec<(Vec<u8>, u32, Vec<u8>)> {

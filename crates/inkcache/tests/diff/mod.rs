@@ -5,15 +5,14 @@ mod reads;
 mod writes;
 
 use std::{
-    collections::BTreeMap,
     io::{Read, Write},
     net::{IpAddr, SocketAddr, TcpStream, UdpSocket},
     thread::sleep,
     time::{Duration, Instant},
 };
 
-use super::common::{settle, PORT};
-use inkproto::{binary, udp::frame_request, udp::FrameHeader};
+use super::common::{join, settle, udp_exchange_on, PORT};
+use inkproto::{binary, client::parse_response, udp::frame_request};
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 use testkit::{SRV_V4, SRV_V6};
 
@@ -66,25 +65,15 @@ fn item_len(buf: &[u8]) -> Option<usize> {
     (buf.len() >= end).then_some(end)
 }
 
-/// The end of the first complete reply in `buf` to a retrieval command (get, gets, gat, gats; mg
-/// if `meta`), or None until it is all there.
-pub fn reply_len(buf: &[u8], meta: bool) -> Option<usize> {
-    let mut at = 0;
-    loop {
-        let line = &buf[at..];
-        if meta && line.starts_with(b"VA ") {
-            // "VA <bytes> <flags>*": the same layout as a VALUE line's, one token on
-            let eol = line.windows(2).position(|w| w == b"\r\n")?;
-            let n = line[..eol].split(|&b| b == b' ').nth(1)?;
-            let end = eol + 2 + std::str::from_utf8(n).ok()?.parse::<usize>().ok()? + 2;
-            return (line.len() >= end).then_some(end);
-        }
-        if meta || !line.starts_with(b"VALUE ") {
-            // END, EN, HD, or an error line
-            return Some(at + line.windows(2).position(|w| w == b"\r\n")? + 2);
-        }
-        at += item_len(line)?;
-    }
+/// The end of the first complete answer in `buf` (inkproto's parse), or None until it is all
+/// there.
+pub fn reply_len(buf: &[u8]) -> Option<usize> {
+    parse_response(buf).ok().flatten().map(|(_, n)| n)
+}
+
+/// Whether `buf` is one complete answer.
+fn whole(buf: &[u8]) -> bool {
+    reply_len(buf) == Some(buf.len())
 }
 
 /// A get's answer with its items in key order. A multi-key get some of whose keys hit in the
@@ -110,14 +99,6 @@ pub fn in_key_order(reply: &[u8]) -> Vec<u8> {
 fn won(reply: &[u8]) -> bool {
     let line = reply.split(|&b| b == b'\r').next().unwrap_or_default();
     line.split(|&b| b == b' ').any(|t| t == b"W" || t == b"Z")
-}
-
-fn get_done(b: &[u8]) -> bool {
-    reply_len(b, false) == Some(b.len())
-}
-
-fn meta_done(b: &[u8]) -> bool {
-    reply_len(b, true) == Some(b.len())
 }
 
 fn show(b: &[u8]) -> String {
@@ -303,9 +284,8 @@ impl Client {
         }
     }
 
-    /// One UDP request; the reply's payload, or None if nothing came. memcached 1.6 sends each
-    /// part of a reply as a message of its own (datagrams numbered from 0; an empty one, "total"
-    /// 0, for a missed key): the messages are joined until `done` finds the reply complete.
+    /// One UDP request; the reply's payload (its messages joined: `join`), or None if nothing
+    /// came. `done` says when the payload is whole.
     fn udp_exchange(
         &mut self,
         payload: &[u8],
@@ -313,54 +293,27 @@ impl Client {
         done: fn(&[u8]) -> bool,
     ) -> Option<Vec<u8>> {
         self.id = self.id.wrapping_add(1);
-        let id = self.id;
         let (sock, addr) = if v6 {
             (&self.udp6, self.addr6)
         } else {
             (&self.udp, self.addr)
         };
-        sock.send_to(&frame_request(id, payload), addr).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let mut msgs: Vec<(u16, BTreeMap<u16, Vec<u8>>)> = Vec::new();
-        let mut buf = [0u8; 65536];
-        let joined = |msgs: &[(u16, BTreeMap<u16, Vec<u8>>)]| -> Vec<u8> {
-            msgs.iter()
-                .flat_map(|(_, m)| m.values().flatten().copied())
-                .collect()
-        };
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return (!msgs.is_empty()).then(|| joined(&msgs));
-            }
-            sock.set_read_timeout(Some(left)).unwrap();
-            let Ok(n) = sock.recv(&mut buf) else {
-                return (!msgs.is_empty()).then(|| joined(&msgs));
-            };
-            let Some(h) = FrameHeader::decode(&buf[..n]) else {
-                continue;
-            };
-            if h.request_id != id {
-                continue; // a late answer to an earlier request
-            }
-            if h.seq == 0 || msgs.is_empty() {
-                msgs.push((h.total, BTreeMap::new()));
-            }
-            msgs.last_mut().unwrap().1.insert(h.seq, buf[8..n].to_vec());
-            let whole = msgs.iter().all(|(t, m)| m.len() >= *t as usize);
-            if whole && done(&joined(&msgs)) {
-                return Some(joined(&msgs));
-            }
+        let dgram = frame_request(self.id, payload);
+        let got = udp_exchange_on(sock, addr, &dgram, Duration::from_secs(1), |d| {
+            join(d).is_some_and(|p| done(&p))
+        })
+        .unwrap();
+        if got.is_empty() {
+            None
+        } else {
+            join(&got)
         }
     }
 
     fn udp_write(&mut self, cmd: Vec<u8>) {
         self.note(format!("udp  {}", show(&cmd)));
         self.stats.writes += 1;
-        if self
-            .udp_exchange(&cmd, false, |b| reply_len(b, false) == Some(b.len()))
-            .is_none()
-        {
+        if self.udp_exchange(&cmd, false, whole).is_none() {
             self.note("     (no UDP answer)".into());
         }
     }

@@ -1,7 +1,7 @@
 //! The reads of the differential test: get, gets and mg over UDP (IPv4 or IPv6), each compared
 //! with memcached's answer over TCP.
 
-use super::{get_done, in_key_order, meta_done, reply_len, show, won, Class, Client};
+use super::{in_key_order, reply_len, show, whole, won, Class, Client};
 use rand::{seq::SliceRandom, Rng};
 use std::io::Write;
 
@@ -73,12 +73,11 @@ impl Client {
             show(req.as_bytes())
         ));
         self.stats.reads += 1;
-        let done = if meta { meta_done } else { get_done };
-        let udp = self.udp_exchange(req.as_bytes(), v6, done);
+        let udp = self.udp_exchange(req.as_bytes(), v6, whole);
         let tcp = self
             .reference
             .write_all(req.as_bytes())
-            .and_then(|_| Client::recv(&mut self.reference, |b| reply_len(b, meta)))
+            .and_then(|_| Client::recv(&mut self.reference, reply_len))
             .map_err(|e| format!("reference read: {e}"))?;
         if ks.iter().any(|&k| self.near_expiry(k)) {
             self.stats.near_expiry += 1;

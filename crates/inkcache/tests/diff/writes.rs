@@ -2,9 +2,21 @@
 //! refused by memcached or read by it in unusual ways.
 
 use super::{reply_len, Class, Client};
-use inkproto::binary;
+use inkproto::{
+    binary,
+    client::{parse_response, Response},
+};
 use rand::{seq::SliceRandom, Rng};
 use std::io::Write;
+
+/// A storage command: its line, then its data block.
+fn with_data(line: String, data: &[u8]) -> Vec<u8> {
+    let mut c = line.into_bytes();
+    c.extend_from_slice(b"\r\n");
+    c.extend_from_slice(data);
+    c.extend_from_slice(b"\r\n");
+    c
+}
 
 impl Client {
     pub(super) fn noreply(&mut self) -> &'static str {
@@ -31,20 +43,14 @@ impl Client {
                 }
                 let flags = *[0u32, 1, 42, u32::MAX].choose(&mut self.rng).unwrap();
                 let v = self.value(k);
-                let mut c = format!("{cmd} {key} {flags} {e} {}{nr}\r\n", v.len()).into_bytes();
-                c.extend_from_slice(&v);
-                c.extend_from_slice(b"\r\n");
-                c
+                with_data(format!("{cmd} {key} {flags} {e} {}{nr}", v.len()), &v)
             }
             6 => {
                 let cas = self.cas_of(&key).unwrap_or(1);
                 let cas = if self.rng.gen_bool(0.7) { cas } else { cas + 1 };
                 self.expires(k, e);
                 let v = self.value(k);
-                let mut c = format!("cas {key} 0 {e} {} {cas}{nr}\r\n", v.len()).into_bytes();
-                c.extend_from_slice(&v);
-                c.extend_from_slice(b"\r\n");
-                c
+                with_data(format!("cas {key} 0 {e} {} {cas}{nr}", v.len()), &v)
             }
             7 => {
                 let op = *["incr", "decr"].choose(&mut self.rng).unwrap();
@@ -84,10 +90,7 @@ impl Client {
                 // larger than memcached's item size limit: refused, the key's old item unlinked
                 // by a set, left by a replace
                 let cmd = *["set", "replace"].choose(&mut self.rng).unwrap();
-                let mut c = format!("{cmd} {key} 0 0 1100000\r\n").into_bytes();
-                c.resize(c.len() + 1_100_000, b'z');
-                c.extend_from_slice(b"\r\n");
-                c
+                with_data(format!("{cmd} {key} 0 0 1100000"), &[b'z'; 1_100_000])
             }
         }
     }
@@ -97,10 +100,11 @@ impl Client {
         self.reference
             .write_all(format!("gets {key}\r\n").as_bytes())
             .ok()?;
-        let r = Client::recv(&mut self.reference, |b| reply_len(b, false)).ok()?;
-        let line = r.split(|&b| b == b'\r').next()?;
-        let cas = line.split(|&b| b == b' ').nth(4)?;
-        std::str::from_utf8(cas).ok()?.parse().ok()
+        let r = Client::recv(&mut self.reference, reply_len).ok()?;
+        match parse_response(&r) {
+            Ok(Some((Response::Values(items), _))) => items.first()?.cas,
+            _ => None,
+        }
     }
 
     pub(super) fn text_store_or_update(&mut self) {
@@ -139,10 +143,7 @@ impl Client {
                     self.expires(k, e);
                 }
                 let v = self.value(k);
-                let mut c = format!("ms {key} {} T{e} F5{mode}{inv}{q}\r\n", v.len()).into_bytes();
-                c.extend_from_slice(&v);
-                c.extend_from_slice(b"\r\n");
-                c
+                with_data(format!("ms {key} {} T{e} F5{mode}{inv}{q}", v.len()), &v)
             }
             2 => {
                 // a TTL set only where reads of mg's `t` are not compared
