@@ -213,7 +213,9 @@ fn port_below_ephemeral(round: u32) -> u16 {
             20_000 + (seed.wrapping_add((round * 1000 + i).wrapping_mul(7919)) % 12_000) as u16
         })
         .find(|&p| {
-            std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+            // bound, never listening (testkit::ports: a child spawned by a test alongside
+            // would inherit a listener, and this test's first connect could reach it)
+            testkit::ports::tcp_bindable(std::net::Ipv4Addr::LOCALHOST.into(), p)
                 && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()
         })
         .expect("a free port in 20000-31999")

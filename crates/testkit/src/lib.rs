@@ -23,6 +23,7 @@ use nix::sched::{setns, CloneFlags};
 
 pub mod memcaslap;
 pub mod memccapable;
+pub mod ports;
 mod skip;
 pub use skip::{have_tool, skip, skips_fail, tool_or_skip, Skipped};
 pub use tempfile::TempDir;

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,15 +18,10 @@ pub struct Memcached {
     pub addr: SocketAddr,
 }
 
-/// A port free for both TCP and UDP on `ip` right now.
+/// A port free for both TCP and UDP on `ip` right now, found without listening on it
+/// (`testkit::ports`).
 pub fn free_port(ip: &str) -> u16 {
-    loop {
-        let u = UdpSocket::bind((ip, 0)).expect("bind udp");
-        let port = u.local_addr().unwrap().port();
-        if TcpListener::bind((ip, port)).is_ok() {
-            return port;
-        }
-    }
+    testkit::ports::free_port(ip.parse().expect("an IP address"))
 }
 
 impl Memcached {

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -20,15 +20,11 @@ impl Drop for Server {
     }
 }
 
-/// A port free for both TCP and UDP on 127.0.0.1 right now.
+/// A port free for both TCP and UDP on 127.0.0.1 right now, found without listening on it
+/// (`testkit::ports`: a listener there would be inherited by any child spawned meanwhile, and
+/// could answer `wait_ready`'s probe for a server that failed to bind the port).
 pub fn free_port() -> u16 {
-    loop {
-        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = u.local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
+    testkit::ports::free_port(std::net::Ipv4Addr::LOCALHOST.into())
 }
 
 fn wait_ready(child: &mut Child, port: u16) -> bool {
@@ -37,7 +33,11 @@ fn wait_ready(child: &mut Child, port: u16) -> bool {
         if let Ok(Some(_)) = child.try_wait() {
             return false;
         }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok_and(|s| !self_connected(&s)) {
+        // and still running after it: a connect alone could reach another listener that took
+        // the port while this server failed to bind it
+        if TcpStream::connect(("127.0.0.1", port)).is_ok_and(|s| !self_connected(&s))
+            && matches!(child.try_wait(), Ok(None))
+        {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));
