@@ -121,7 +121,7 @@ impl Client {
         if let Some(at) = cmd.windows(8).position(|w| w == b" noreply") {
             cmd.drain(at..at + 8);
         }
-        if cmd.len() > 1400 || cmd.starts_with(b"set  ") {
+        if cmd.len() > 1400 {
             self.text_write(cmd);
         } else {
             self.udp_write(cmd);
