@@ -463,7 +463,7 @@ fn expiry_learned_from_mutations() {
         cache_it(&rig, k);
     }
     // wait until memcached has expired them, then the kernel must not answer
-    assert_expired_not_served(&rig, "rel", &["rel", "abs", "tch"]);
+    assert_expired_not_served(&rig, &["rel", "abs", "tch"]);
     // a negative exptime never gets cached
     assert_eq!(
         rig.tcp(b"set neg 0 -1 1\r\nn\r\n"),
@@ -530,17 +530,9 @@ fn expiry_survives_failed_writes_and_unparsable_segments() {
     for k in ["add", "cas", "msadd", "hidden"] {
         cache_it(&rig, k);
     }
-    sleep(Duration::from_millis(3500));
-    let hits = rig.stat("hits");
-    for k in ["add", "cas", "msadd", "hidden"] {
-        let req = format!("get {k}\r\n");
-        assert_eq!(
-            rig.udp_get(1, req.as_bytes()).unwrap(),
-            b"END\r\n",
-            "{k}: memcached expired it; the kernel must not serve it"
-        );
-    }
-    assert_eq!(rig.stat("hits"), hits, "{}", rig.stats());
+    // once memcached has expired them (a fixed 3.5 s, from before exptimes moved from 3 s to 4,
+    // once ended before memcached had: it answered the get itself), the kernel must not answer
+    assert_expired_not_served(&rig, &["add", "cas", "msadd", "hidden"]);
 }
 
 /// A storage command memcached reads but refuses leaves the item as it was, its expiry and meta
@@ -606,7 +598,7 @@ fn a_refused_data_block_leaves_the_item_as_it_was() {
     let want = rig.tcp(b"mg viv v\r\n");
     let got = rig.udp_get(7, b"mg viv v\r\n").expect("an answer");
     assert_eq!(parse_response(&got).unwrap().map(|r| r.0), Some(want));
-    assert_expired_not_served(&rig, "ttl_set", &keys);
+    assert_expired_not_served(&rig, &keys);
 }
 
 /// Items whose expiry is unknown (written before attach) are served at most --max-age.

@@ -420,13 +420,17 @@ pub fn vlan_tags_seen(v: &serde_json::Value) -> String {
     seen.join(",")
 }
 
-/// Waits until memcached has expired `probe` (at most 6 s), then checks that none of `keys` is
-/// answered by the kernel any more: each UDP get returns what memcached holds, and no hit.
-pub fn assert_expired_not_served(rig: &Rig, probe: &str, keys: &[&str]) {
+/// Waits until memcached has expired every one of `keys` (at most 6 s), then checks that none is
+/// answered by the kernel any more: each UDP get returns what memcached holds, and no hit. (Each
+/// key is waited for: memcached's clock is whole seconds, so keys written a moment apart can
+/// expire a second apart, and a fixed sleep can end before memcached has expired them.)
+pub fn assert_expired_not_served(rig: &Rig, keys: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(6);
-    while rig.tcp(format!("get {probe}\r\n").as_bytes()) != Response::Values(vec![]) {
-        assert!(Instant::now() < deadline, "memcached never expired {probe}");
-        std::thread::sleep(Duration::from_millis(100));
+    for k in keys {
+        while rig.tcp(format!("get {k}\r\n").as_bytes()) != Response::Values(vec![]) {
+            assert!(Instant::now() < deadline, "memcached never expired {k}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     let hits = rig.stat("hits");
     for k in keys {
