@@ -98,8 +98,10 @@ fn two_clients_at_once_each_read_what_memcached_holds() {
                     })
                 })
                 .collect();
-            let runs: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
-            runs
+            clients
+                .into_iter()
+                .map(|c| c.join().unwrap())
+                .collect::<Vec<_>>()
         })
     });
     let hits = rig.stat("hits") + rig.stat("tc_hits");

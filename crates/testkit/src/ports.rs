@@ -6,8 +6,9 @@
 //! closes it. Meanwhile it accepts connections: a readiness probe for the server about to take the
 //! port is accepted by it and reports that server ready, while the server itself fails to bind
 //! the port and exits. The test's next connect is then refused, or its connection reset when the
-//! child's exec closes the stray listener. (Seen in CI: inkcached's robustness tests, about one
-//! run in twenty; `free_port_is_never_a_listener` below reproduces it in a second.)
+//! child's exec closes the stray listener. (Seen once in `make test`, and in about one run of
+//! twenty of inkcached's robustness tests by hand; `free_port_is_never_a_listener` below
+//! reproduces it in a second.)
 
 use nix::sys::socket::{bind, socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
