@@ -191,9 +191,18 @@ fn stats(sh: &Arc<Shared>, ctx: &Ctx, t: &[&[u8]], out: &mut Vec<u8>) -> Next {
     }
     match t[1] {
         b"reset" => {
+            // memcached's stats_reset: every counter, the prefix counters of `stats detail`
+            // too; not the gauges (items, bytes, connections)
             for w in sh.workers.iter() {
                 w.reset();
             }
+            sh.store.reset_stats();
+            sh.rt.crawler_starts.store(0, Ordering::Relaxed);
+            sh.prefixes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .list
+                .clear();
             if let Some(e) = sh.store.ext() {
                 e.reset();
             }
@@ -322,8 +331,6 @@ fn general(sh: &Shared, out: &mut Vec<u8>) {
         C::cmd_meta,
         C::get_hits,
         C::get_misses,
-        C::get_expired,
-        C::get_flushed,
         C::delete_misses,
         C::delete_hits,
         C::incr_misses,
@@ -341,7 +348,10 @@ fn general(sh: &Shared, out: &mut Vec<u8>) {
         C::auth_errors,
     ] {
         s(out, stats::NAMES[name as usize], &v(name));
-        if name == C::get_flushed {
+        if name == C::get_misses {
+            // counted by the store's lookups, whatever the command (memcached's do_item_get)
+            s(out, "get_expired", &ss.get_expired);
+            s(out, "get_flushed", &ss.get_flushed);
             stats::extstore_gets(out, store);
         }
     }

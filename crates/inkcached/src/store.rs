@@ -193,6 +193,10 @@ struct Shard {
     evictions: u64,
     reclaimed: u64,
     total_items: u64,
+    /// Lookups that found their key expired or flushed (memcached's `get_expired`,
+    /// `get_flushed`).
+    get_expired: u64,
+    get_flushed: u64,
     /// Per slab class counters (`stats items`), allocated on first use.
     classes: Vec<ClassStats>,
 }
@@ -240,6 +244,15 @@ pub struct StoreStats {
     pub bytes: u64,
     pub evictions: u64,
     pub reclaimed: u64,
+    pub get_expired: u64,
+    pub get_flushed: u64,
+}
+
+/// Why a stored item is no longer served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gone {
+    Flushed,
+    Expired,
 }
 
 pub struct Store {
@@ -374,19 +387,25 @@ impl Store {
     }
 
     fn live(&self, item: &[u8], now: u32) -> bool {
+        self.gone(item, now).is_none()
+    }
+
+    /// Why an item is no longer served, if it is not: flushed is checked first, as memcached's
+    /// `do_item_get` does (an item both flushed and expired counts as flushed).
+    fn gone(&self, item: &[u8], now: u32) -> Option<Gone> {
         let it = ItemRef::ram(item);
-        let exp = it.exptime();
-        if exp != 0 && exp <= now {
-            return false;
-        }
         if it.cas() != 0 && it.cas() < self.oldest_cas.load(Ordering::Relaxed) {
-            return false;
+            return Some(Gone::Flushed);
         }
         let ol = self.oldest_live.load(Ordering::Relaxed);
         if ol != 0 && ol <= now && it.time() <= ol {
-            return false;
+            return Some(Gone::Flushed);
         }
-        true
+        let exp = it.exptime();
+        if exp != 0 && exp <= now {
+            return Some(Gone::Expired);
+        }
+        None
     }
 
     /// A flash item whose page was reclaimed since: its value is gone.
@@ -404,10 +423,14 @@ impl Store {
             return None;
         };
         let item = sh.slots[idx as usize].item.as_deref().unwrap();
-        if !self.live(item, now) {
+        if let Some(why) = self.gone(item, now) {
+            // memcached's do_item_get: unlinked and counted as a get of a flushed or expired
+            // item (whatever the command), not as reclaimed (that is the LRU tail's count)
             self.log_gone(sh, idx, now);
-            sh.reclaimed += 1;
-            self.count_reclaimed(sh, idx);
+            match why {
+                Gone::Flushed => sh.get_flushed += 1,
+                Gone::Expired => sh.get_expired += 1,
+            }
             self.unlink(sh, h, idx);
             None
         } else if self.stale(item) {
@@ -856,8 +879,25 @@ impl Store {
             s.bytes += sh.bytes as u64;
             s.evictions += sh.evictions;
             s.reclaimed += sh.reclaimed;
+            s.get_expired += sh.get_expired;
+            s.get_flushed += sh.get_flushed;
         }
         s
+    }
+
+    /// `stats reset`: what memcached's `stats_reset` zeroes of the store's counters (the
+    /// global `total_items`, every per-class item and slab counter); the items and their bytes
+    /// stay.
+    pub fn reset_stats(&self) {
+        for sh in self.shards.iter() {
+            let mut sh = sh.lock().unwrap_or_else(|p| p.into_inner());
+            sh.total_items = 0;
+            sh.evictions = 0;
+            sh.reclaimed = 0;
+            sh.get_expired = 0;
+            sh.get_flushed = 0;
+            sh.classes.clear(); // allocated again on first use (class_mut)
+        }
     }
 }
 
