@@ -198,6 +198,8 @@ fn stats(sh: &Arc<Shared>, ctx: &Ctx, t: &[&[u8]], out: &mut Vec<u8>) -> Next {
             }
             sh.store.reset_stats();
             sh.rt.crawler_starts.store(0, Ordering::Relaxed);
+            crate::watch::WATCH.sent.store(0, Ordering::Relaxed);
+            crate::watch::WATCH.skipped.store(0, Ordering::Relaxed);
             sh.prefixes
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -367,6 +369,11 @@ fn general(sh: &Shared, out: &mut Vec<u8>) {
     );
     s(out, "accepting_conns", &1);
     s(out, "listen_disabled_num", &v(C::listen_disabled_num));
+    s(
+        out,
+        "time_in_listen_disabled_us",
+        &v(C::time_in_listen_disabled_us),
+    );
     s(out, "threads", &sh.cfg.threads);
     s(out, "conn_yields", &v(C::conn_yields));
     if sh.cfg.lru_crawler {
@@ -377,7 +384,14 @@ fn general(sh: &Shared, out: &mut Vec<u8>) {
             &sh.rt.crawler_starts.load(Ordering::Relaxed),
         );
     }
-    s(out, "log_watchers", &crate::watch::WATCH.count());
+    let w = &crate::watch::WATCH;
+    s(
+        out,
+        "log_watcher_skipped",
+        &w.skipped.load(Ordering::Relaxed),
+    );
+    s(out, "log_watcher_sent", &w.sent.load(Ordering::Relaxed));
+    s(out, "log_watchers", &w.count());
     s(out, "bytes", &ss.bytes);
     s(out, "curr_items", &ss.curr_items);
     s(out, "total_items", &ss.total_items);

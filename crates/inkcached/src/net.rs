@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[path = "net_conn.rs"]
 mod conn;
@@ -878,6 +878,8 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
     let verbose = || sh.rt.verbosity.load(Ordering::Relaxed);
     // Listeners not accepting while at the connection limit (without maxconns_fast).
     let mut paused = false;
+    // since when (memcached's maxconns_entered, for time_in_listen_disabled_us)
+    let mut paused_at: Option<Instant> = None;
     let mut last_idle_scan = sh.store.now();
     let mut parked = ParkedUdp::default();
     if let Err(e) = extio::init_worker(sh.store.ext(), &registry, EXT_IO) {
@@ -920,6 +922,10 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
         if paused {
             // retry accepting (memcached's maxconns handler polls every 10 ms)
             paused = false;
+            if let Some(t) = paused_at.take() {
+                let us = i64::try_from(t.elapsed().as_micros()).unwrap_or(i64::MAX);
+                st.atomic_add(C::time_in_listen_disabled_us, us);
+            }
             todo.extend((0..udp_base).map(Token));
         }
         let idle = sh.cfg.idle_timeout;
@@ -1002,6 +1008,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                             // out of descriptors (the limit is -c): stop accepting for a
                             // while, as memcached's accept_new_conns(false)
                             paused = true;
+                            paused_at.get_or_insert_with(Instant::now);
                             st.atomic_add(C::listen_disabled_num, 1);
                             break;
                         }

@@ -46,6 +46,7 @@ counters!(
     conn_yields,
     idle_kicks,
     listen_disabled_num,
+    time_in_listen_disabled_us,
     // AF_XDP path, key steering and cooperative mode (afxdp.rs, steer.rs, coop.rs)
     afxdp_rx_packets,
     afxdp_tx_packets,

@@ -3,7 +3,8 @@
 //!
 //! A `watch` connection stops taking commands and receives log lines. Workers that serve a
 //! logged event format its line once and append it to every matching watcher's buffer (bounded
-//! by `-o watcher_logbuf_size`; lines that do not fit are skipped, as memcached skips them),
+//! by `-o watcher_logbuf_size`; lines that do not fit are skipped, as memcached skips them, and
+//! the next line that fits is preceded by `skipped=N`),
 //! then wake the watcher's worker, which writes the buffer out. With no watcher, logging costs
 //! one relaxed load per event.
 
@@ -31,6 +32,9 @@ struct Watcher {
     worker: usize,
     flags: u16,
     buf: Arc<Mutex<Vec<u8>>>,
+    /// Lines that did not fit in `buf` since the last one that did (memcached's
+    /// `w->skipped`): told to the watcher as `skipped=N` before its next line.
+    skipped: AtomicU64,
 }
 
 #[derive(Default)]
@@ -38,6 +42,10 @@ pub struct Watchers {
     count: AtomicUsize,
     gid: AtomicU64,
     list: Mutex<Vec<Watcher>>,
+    /// Lines given to a watcher's buffer, and lines skipped for want of room in it (`stats`:
+    /// log_watcher_sent, log_watcher_skipped).
+    pub sent: AtomicU64,
+    pub skipped: AtomicU64,
     /// Each worker's waker, set once the workers run.
     pub wakers: std::sync::OnceLock<Vec<mio::Waker>>,
 }
@@ -58,6 +66,7 @@ impl Watchers {
             worker,
             flags,
             buf,
+            skipped: AtomicU64::new(0),
         });
         self.count.store(l.len(), Ordering::Relaxed);
         true
@@ -89,10 +98,21 @@ impl Watchers {
         for w in l.iter().filter(|w| w.flags & flag != 0) {
             {
                 let mut b = w.buf.lock().unwrap_or_else(|e| e.into_inner());
-                if b.len() + line.len() > limit {
+                let skipped = w.skipped.load(Ordering::Relaxed);
+                let note = if skipped > 0 {
+                    format!("skipped={skipped}\n")
+                } else {
+                    String::new()
+                };
+                if b.len() + note.len() + line.len() > limit {
+                    w.skipped.fetch_add(1, Ordering::Relaxed);
+                    self.skipped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                b.extend_from_slice(note.as_bytes());
                 b.extend_from_slice(line.as_bytes());
+                w.skipped.store(0, Ordering::Relaxed);
+                self.sent.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(wk) = self.wakers.get().and_then(|v| v.get(w.worker)) {
                 let _ = wk.wake();

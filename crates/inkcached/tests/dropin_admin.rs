@@ -304,6 +304,67 @@ fn watch_streams_memcached_log_lines() {
 }
 
 #[test]
+fn watcher_that_falls_behind_is_told_what_it_skipped() {
+    // memcached's t/watcher.t, which waited forever on inkcached: lines that did not fit in a
+    // slow watcher's buffer were dropped without the `skipped=N` line memcached sends first.
+    // inkcached only: memcached drops lines at its workers' own log buffers too, before they
+    // reach the watcher, and then sends no notice (its test calls itself flaky for it).
+    let Some((_mc, ink)) = pair(&["-o", "watcher_logbuf_size=8"]) else {
+        return;
+    };
+    {
+        let port = ink.port;
+        let mut w = connect(port);
+        w.write_all(b"watch\r\n").unwrap();
+        let mut ok = [0u8; 4];
+        w.read_exact(&mut ok).unwrap();
+        assert_eq!(&ok, b"OK\r\n");
+        // far more log lines than the watcher's socket and 8 KB buffer hold while it reads
+        // nothing
+        let spacer = "X".repeat(180);
+        let mut c = connect(port);
+        for batch in 0..40 {
+            let req: String = (0..1000)
+                .map(|i| format!("get k{batch}_{i}{spacer}\r\n"))
+                .collect();
+            text_on(&mut c, req.as_bytes());
+        }
+        w.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut r = std::io::BufReader::new(w);
+        let mut line = String::new();
+        let mut seen = None;
+        for n in 0..200_000 {
+            line.clear();
+            if std::io::BufRead::read_line(&mut r, &mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            if line.starts_with("skipped=") {
+                seen = Some(n);
+                break;
+            }
+            if n % 100 == 0 {
+                // new lines free the notice (memcached sends it before a line that fits)
+                text_on(&mut c, b"get foo\r\n");
+            }
+        }
+        assert!(seen.is_some(), "no skipped= line");
+        text_on(&mut c, b"get foob\r\n");
+        line.clear();
+        std::io::BufRead::read_line(&mut r, &mut line).unwrap();
+        assert!(
+            line.starts_with("ts=") && line.contains(" type=item_get "),
+            "{line:?}"
+        );
+        let stats = String::from_utf8_lossy(&text(port, b"stats\r\n")).into_owned();
+        let skipped = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("STAT log_watcher_skipped "))
+            .and_then(|v| v.parse::<u64>().ok());
+        assert!(skipped.is_some_and(|n| n > 0), "{skipped:?}");
+    }
+}
+
+#[test]
 fn shutdown_needs_dash_a_and_then_stops_the_server() {
     let Some((mut mc, mut ink)) = pair(&["-A"]) else {
         return;
