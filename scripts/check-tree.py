@@ -34,7 +34,7 @@ EXTERNAL = {
     "proto_text.c", "proto_bin.c", "protocol_binary.h", "doc/protocol.txt", "vmlinux.h",
     "util.c", "memcached.c", "base64.c", "items.c",
     "shared/GUIDE.md", "samples.json", "samples.csv", "timeline.svg", "a.b.c", "fa.h",
-    "summary.md", "my.bpf.c", "sysexits.h",
+    "summary.md", "my.bpf.c", "sysexits.h", "timedrun.c",
 }
 EXTERNAL_DIRS = ("linux/", "asm/", "bpf/bpf_", "sys/", "netinet/", "net/")
 
