@@ -10,6 +10,11 @@ use std::sync::{Arc, Mutex};
 pub const RESERVED_FDS: u32 = 20;
 /// In a connection's last command time: that command left it writing (`conn_mwrite`).
 pub const MWRITE: u32 = 1 << 31;
+/// In a connection's last command time: a storage command's line has come and its data block
+/// has not, all of it (`conn_nread`).
+pub const NREAD: u32 = 1 << 30;
+/// The time bits of a connection's last command time.
+pub const TIME: u32 = !(MWRITE | NREAD);
 
 /// What a descriptor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,11 +113,12 @@ impl ConnTable {
                 Kind::Listen => "conn_listening",
                 Kind::Udp => "conn_read",
                 Kind::Conn if *fd as usize == me => "conn_parse_cmd",
+                Kind::Conn if e.last_cmd.load(Ordering::Relaxed) & NREAD != 0 => "conn_nread",
                 Kind::Conn if e.last_cmd.load(Ordering::Relaxed) & MWRITE != 0 => "conn_mwrite",
                 Kind::Conn => "conn_waiting",
             };
             let _ = write!(out, "STAT {fd}:state {state}\r\n");
-            let last = e.last_cmd.load(Ordering::Relaxed) & !MWRITE;
+            let last = e.last_cmd.load(Ordering::Relaxed) & TIME;
             let _ = write!(
                 out,
                 "STAT {fd}:secs_since_last_cmd {}\r\n",

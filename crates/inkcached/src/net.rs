@@ -934,7 +934,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
             last_idle_scan = now;
             for (i, c) in conns.iter_mut().enumerate() {
                 if let Some(c) = c.as_mut().filter(|c| c.watch.is_none()) {
-                    let last = c.last_cmd.load(Ordering::Relaxed) & !crate::conns::MWRITE;
+                    let last = c.last_cmd.load(Ordering::Relaxed) & crate::conns::TIME;
                     if now.saturating_sub(last) > idle as u32 {
                         st.inc(C::idle_kicks);
                         c.closing = true;

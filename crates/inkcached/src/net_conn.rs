@@ -140,6 +140,8 @@ impl Conn {
         let mut reqs = 0;
         let max = sh.cfg.reqs_per_event.max(1) as usize;
         let mut mwrite = None;
+        // stopped with a command line in and its data block not (memcached's conn_nread)
+        let mut nread = false;
         self.session.auth_mark = None;
         while self.rstart < self.rend && !self.closing && !self.paused && self.backlog() < WBUF_HIGH
         {
@@ -200,7 +202,10 @@ impl Conn {
                 break;
             }
             match step {
-                Step::NeedMore => break,
+                Step::NeedMore => {
+                    nread = buf.contains(&b'\n');
+                    break;
+                }
                 Step::Done {
                     used,
                     swallow,
@@ -242,14 +247,21 @@ impl Conn {
                 extio::release(t);
             }
         }
+        use crate::conns::{MWRITE, NREAD, TIME};
+        let nread_bit = if nread { NREAD } else { 0 };
         if let Some(m) = mwrite {
-            // time of the last command, and whether it left the connection writing (what
-            // memcached's `stats conns` shows as conn_mwrite)
-            let t = sh.store.now() & !crate::conns::MWRITE;
+            // time of the last command, whether it left the connection writing, and whether
+            // the next one waits for its data (what memcached's `stats conns` shows as
+            // conn_mwrite and conn_nread)
+            let t = sh.store.now() & TIME;
             self.last_cmd.store(
-                t | if m { crate::conns::MWRITE } else { 0 },
+                t | if m { MWRITE } else { 0 } | nread_bit,
                 Ordering::Relaxed,
             );
+        } else if nread {
+            self.last_cmd.fetch_or(NREAD, Ordering::Relaxed);
+        } else {
+            self.last_cmd.fetch_and(!NREAD, Ordering::Relaxed);
         }
         if self.rstart == self.rend {
             self.rstart = 0;

@@ -139,6 +139,29 @@ fn stats_conns_lists_connections_as_memcached() {
 }
 
 #[test]
+fn stats_conns_shows_a_value_on_its_way_as_memcached() {
+    // memcached's t/stats-conns.t: a connection whose storage command came without its data
+    // block is in conn_nread (inkcached said conn_waiting)
+    let Some((mc, ink)) = pair(&[]) else {
+        return;
+    };
+    for port in [mc.port, ink.port] {
+        let mut c = connect(port);
+        c.write_all(b"set foo 0 0 6\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let s = String::from_utf8_lossy(&text(port, b"stats conns\r\n")).into_owned();
+        assert_eq!(
+            s.matches(":state conn_nread\r\n").count(),
+            1,
+            "port {port}: {s}"
+        );
+        assert_eq!(text_on(&mut c, b"fooval\r\n"), b"STORED\r\n");
+        let s = String::from_utf8_lossy(&text(port, b"stats conns\r\n")).into_owned();
+        assert!(!s.contains("conn_nread"), "port {port}: {s}");
+    }
+}
+
+#[test]
 fn metadump_detaches_like_memcached() {
     let Some((mc, ink)) = pair(&[]) else {
         return;
