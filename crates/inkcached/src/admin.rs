@@ -82,7 +82,7 @@ pub fn execute(sh: &Arc<Shared>, w: usize, ctx: &mut Ctx, line: &[u8], out: &mut
                 unsafe {
                     libc::raise(if n == 2 { libc::SIGINT } else { libc::SIGUSR1 });
                 }
-                return Next::Drop;
+                return Next::Shutdown;
             } else {
                 resp::line(out, "CLIENT_ERROR invalid shutdown mode");
             }

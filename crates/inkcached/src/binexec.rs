@@ -155,7 +155,7 @@ pub fn step(sh: &Arc<Shared>, w: usize, limits: &Limits, buf: &[u8], out: &mut V
             if !quiet {
                 r.ok(0, &[], &[], &[]);
             }
-            return done(head, Next::Close);
+            return done(head, Next::Quit);
         }
         op::FLUSH => {
             if !sh.cfg.flush_enabled {

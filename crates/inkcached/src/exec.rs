@@ -100,6 +100,10 @@ pub enum Next {
     Flush,
     /// Write what is pending, then close.
     Close,
+    /// As `Close`, because the client asked to (`quit`): a normal close in `watch` logs.
+    Quit,
+    /// As `Drop`, for `shutdown`: logged with reason `shutdown`.
+    Shutdown,
     /// Close at once, dropping what is pending (memcached's `conn_closing`).
     Drop,
     /// The connection became a log watcher (`watch`).
@@ -288,7 +292,7 @@ pub fn execute(
                 resp::ok(out);
             }
         }
-        Request::Quit => return Next::Close,
+        Request::Quit => return Next::Quit,
         Request::Admin { line } => return crate::admin::execute(sh, w, ctx, line, out),
         Request::Meta {
             cmd,

@@ -788,7 +788,7 @@ fn close_conn(
     let fd = c.sock.fd();
     let _ = registry.deregister(c.sock.source());
     let peer = sh.conns.remove(fd).unwrap_or_default();
-    crate::watch::conn_event(false, &peer, fd);
+    crate::watch::conn_event(Some(c.close_reason), &peer, fd);
     if c.watch.is_some() {
         crate::watch::WATCH.remove(c.session.ctx.id);
     }
@@ -939,6 +939,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                         st.inc(C::idle_kicks);
                         c.closing = true;
                         c.dropping = true;
+                        c.close_reason = crate::watch::CloseReason::IdleTimeout;
                         todo.push(Token(CONN_BASE + i));
                     }
                 }
@@ -994,7 +995,7 @@ pub fn run_worker(w: usize, sh: Arc<Shared>, socks: WorkerSockets, mut poll: Pol
                             );
                             sh.conns
                                 .add(fd, Kind::Conn, peer.clone(), local, c.last_cmd.clone());
-                            crate::watch::conn_event(true, &peer, fd);
+                            crate::watch::conn_event(None, &peer, fd);
                             conns[idx] = Some(c);
                             st.atomic_add(C::curr_connections, 1);
                             st.atomic_add(C::total_connections, 1);

@@ -74,6 +74,8 @@ pub(super) struct Conn {
     pub(super) wait: Option<Ticket>,
     /// The request at `rstart` waits for `wait`'s reads: executed again once they are in.
     pub(super) parked: bool,
+    /// Why it closes, for `watch connevents` (an error unless set otherwise).
+    pub(super) close_reason: crate::watch::CloseReason,
 }
 
 #[derive(PartialEq, Eq)]
@@ -97,6 +99,7 @@ impl Conn {
             safe: 0,
             swallow: 0,
             closing: false,
+            close_reason: crate::watch::CloseReason::Error,
             dropping: false,
             keep: 0,
             paused: false,
@@ -223,7 +226,14 @@ impl Conn {
                             self.paused = true;
                         }
                         Next::Close => self.closing = true,
-                        Next::Drop => {
+                        Next::Quit => {
+                            self.closing = true;
+                            self.close_reason = crate::watch::CloseReason::Normal;
+                        }
+                        Next::Drop | Next::Shutdown => {
+                            if next == Next::Shutdown {
+                                self.close_reason = crate::watch::CloseReason::Shutdown;
+                            }
                             // what memcached had not written yet is lost
                             self.wbuf.truncate(self.keep.max(self.wpos));
                             self.closing = true;
@@ -377,6 +387,7 @@ impl Conn {
             match self.sock.read(&mut self.rbuf[self.rend..]) {
                 Ok(0) => {
                     // the peer is done sending: what it was answered still goes out
+                    self.close_reason = crate::watch::CloseReason::Normal;
                     self.commit_now(sh, w);
                     let _ = self.flush(sh, w);
                     return Status::Close;

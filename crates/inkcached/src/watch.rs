@@ -195,8 +195,31 @@ pub fn on_store(key: &[u8], cmd: &str, r: StoreResult, ttl: u32, cls: usize, siz
     });
 }
 
-/// A connection opened or closed (`watch connevents`).
-pub fn conn_event(new: bool, peer: &str, fd: i32) {
+/// Why a connection closed, as memcached's `watch connevents` says it (`close_reasons`): an
+/// error unless the client ended it, it sat idle past `-o idle_timeout`, or it asked for
+/// `shutdown`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CloseReason {
+    #[default]
+    Error,
+    Normal,
+    IdleTimeout,
+    Shutdown,
+}
+
+impl CloseReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Error => "error",
+            CloseReason::Normal => "normal",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// A connection opened (`closed` None) or closed (`watch connevents`).
+pub fn conn_event(closed: Option<CloseReason>, peer: &str, fd: i32) {
     if WATCH.count() == 0 {
         return;
     }
@@ -207,17 +230,19 @@ pub fn conn_event(new: bool, peer: &str, fd: i32) {
         },
         None => (peer, "0", "local"),
     };
-    WATCH.log(LOG_CONNEVENTS, BUF_LIMIT.load(Ordering::Relaxed), |l| {
-        if new {
-            l.push_str(&format!(
+    WATCH.log(
+        LOG_CONNEVENTS,
+        BUF_LIMIT.load(Ordering::Relaxed),
+        |l| match closed {
+            None => l.push_str(&format!(
                 "type=conn_new rip={rip} rport={rport} transport={transport} cfd={fd}"
-            ));
-        } else {
-            l.push_str(&format!(
-                "type=conn_close rip={rip} rport={rport} transport={transport} reason=normal cfd={fd}"
-            ));
-        }
-    });
+            )),
+            Some(r) => l.push_str(&format!(
+                "type=conn_close rip={rip} rport={rport} transport={transport} reason={} cfd={fd}",
+                r.as_str()
+            )),
+        },
+    );
 }
 
 /// `watch [kinds...]`: the connection becomes a watcher.

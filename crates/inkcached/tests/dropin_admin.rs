@@ -388,6 +388,67 @@ fn watcher_that_falls_behind_is_told_what_it_skipped() {
 }
 
 #[test]
+fn watch_connevents_says_why_a_connection_closed() {
+    // memcached's t/watcher.t: every close was logged `reason=normal`; memcached says normal
+    // only when the client ended it (`quit`, or closing its end), idle_timeout for an idle
+    // kick and error otherwise (here: a request that looks like HTTP)
+    let Some((mc, ink)) = pair(&["-o", "idle_timeout=1"]) else {
+        return;
+    };
+    let mut logs = Vec::new();
+    for port in [mc.port, ink.port] {
+        let mut w = connect(port);
+        w.write_all(b"watch connevents\r\n").unwrap();
+        let mut ok = [0u8; 4];
+        w.read_exact(&mut ok).unwrap();
+        assert_eq!(&ok, b"OK\r\n");
+        let pause = || std::thread::sleep(Duration::from_millis(300));
+        let mut c = connect(port);
+        c.write_all(b"quit\r\n").unwrap();
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+        pause();
+        drop(connect(port));
+        pause();
+        let mut c = connect(port);
+        c.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        let _ = c.read_to_end(&mut rest);
+        pause();
+        let mut c = connect(port);
+        // memcached checks for idle connections about once a second
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = c.read_to_end(&mut rest);
+        pause();
+        w.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = w.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        let reasons: Vec<String> = String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| l.split(' ').find(|f| f.starts_with("reason=")))
+            .map(String::from)
+            .collect();
+        logs.push(reasons);
+    }
+    assert_eq!(
+        logs[0],
+        [
+            "reason=normal",
+            "reason=normal",
+            "reason=error",
+            "reason=idle_timeout"
+        ]
+    );
+    assert_eq!(logs[1], logs[0]);
+}
+
+#[test]
 fn shutdown_needs_dash_a_and_then_stops_the_server() {
     let Some((mut mc, mut ink)) = pair(&["-A"]) else {
         return;
