@@ -284,12 +284,20 @@ impl Conn {
     }
 
     /// Moves a watcher's pending log lines to the output.
-    fn take_watch(&mut self) {
-        if let Some(b) = &self.watch {
-            let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
-            self.wbuf.extend_from_slice(&b);
-            b.clear();
+    /// A watcher's log lines, moved to the output once what was moved before is written:
+    /// while the watcher does not read, its lines stay in the bounded buffer, where those that
+    /// do not fit are skipped (memcached's logger writes from that buffer alone). True if any.
+    fn take_watch(&mut self) -> bool {
+        let Some(b) = &self.watch else {
+            return false;
+        };
+        if self.wpos < self.wbuf.len() {
+            return false;
         }
+        let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
+        self.wbuf.extend_from_slice(&b);
+        b.clear();
+        self.wpos < self.wbuf.len()
     }
 
     /// Writes pending output; Err on a dead connection.
@@ -345,6 +353,10 @@ impl Conn {
             }
             self.take_watch();
             if self.flush(sh, w).is_err() {
+                return Status::Close;
+            }
+            // lines logged while the earlier ones were being written
+            if self.take_watch() && self.flush(sh, w).is_err() {
                 return Status::Close;
             }
             if self.parked {

@@ -388,6 +388,36 @@ fn watcher_that_falls_behind_is_told_what_it_skipped() {
 }
 
 #[test]
+fn watcher_that_reads_nothing_holds_no_more_than_its_buffer() {
+    // memcached's t/watcher.t sends its gets one at a time: between two of them the watcher's
+    // worker ran, and moved the bounded buffer's lines into the connection's own output,
+    // which grew without bound while the watcher read nothing (nothing was ever skipped)
+    let Some((_mc, ink)) = pair(&["-o", "watcher_logbuf_size=8"]) else {
+        return;
+    };
+    let port = ink.port;
+    let mut w = connect(port);
+    w.write_all(b"watch\r\n").unwrap();
+    let mut ok = [0u8; 4];
+    w.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"OK\r\n");
+    let spacer = "X".repeat(180);
+    let mut c = connect(port);
+    // ~10 MB of log lines, more than the watcher's socket holds
+    for i in 0..40_000 {
+        let r = text_on(&mut c, format!("get k{i}{spacer}\r\n").as_bytes());
+        assert_eq!(r, b"END\r\n");
+    }
+    let stats = String::from_utf8_lossy(&text(port, b"stats\r\n")).into_owned();
+    let skipped = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT log_watcher_skipped "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(skipped.is_some_and(|n| n > 10_000), "{skipped:?}");
+    drop(w);
+}
+
+#[test]
 fn watch_connevents_says_why_a_connection_closed() {
     // memcached's t/watcher.t: every close was logged `reason=normal`; memcached says normal
     // only when the client ended it (`quit`, or closing its end), idle_timeout for an idle
