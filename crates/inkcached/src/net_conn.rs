@@ -283,7 +283,6 @@ impl Conn {
         false
     }
 
-    /// Moves a watcher's pending log lines to the output.
     /// A watcher's log lines, moved to the output once what was moved before is written:
     /// while the watcher does not read, its lines stay in the bounded buffer, where those that
     /// do not fit are skipped (memcached's logger writes from that buffer alone). True if any.
