@@ -460,6 +460,21 @@ impl Store {
         let it = ItemRef::ram(slot.item.as_deref().unwrap());
         let (cls, _) = self.class_of(&it);
         let (nonzero, meta) = (it.exptime() != 0, slot.meta);
+        if crate::watch::WATCH.count() > 0 {
+            let ttl = if nonzero {
+                i64::from(it.exptime()) - i64::from(now)
+            } else {
+                -1
+            };
+            crate::watch::on_evict(
+                it.key(),
+                meta.has(FETCHED),
+                ttl,
+                now.saturating_sub(meta.atime),
+                cls,
+                it.value_len(),
+            );
+        }
         let c = self.class_mut(sh, cls);
         c.evicted += 1;
         c.evicted_nonzero += u64::from(nonzero);

@@ -172,6 +172,20 @@ pub fn on_fetch(key: &[u8], found: Option<(usize, usize)>, gone: Option<&str>) {
     });
 }
 
+/// An item evicted (`watch evictions`), as memcached logs it: whether it was ever fetched, its
+/// remaining TTL (-1 if it has none), seconds since it was last accessed, its class and its
+/// value's size.
+pub fn on_evict(key: &[u8], fetched: bool, ttl: i64, la: u32, cls: usize, size: usize) {
+    WATCH.log(LOG_EVICTIONS, BUF_LIMIT.load(Ordering::Relaxed), |l| {
+        l.push_str("type=eviction key=");
+        uriencode(key, l);
+        let fetch = if fetched { "yes" } else { "no" };
+        l.push_str(&format!(
+            " fetch={fetch} ttl={ttl} la={la} clsid={cls} size={size}"
+        ));
+    });
+}
+
 /// A store (`watch mutations`): memcached's command name, result, the remaining TTL, class
 /// and value size of the item stored.
 pub fn on_store(key: &[u8], cmd: &str, r: StoreResult, ttl: u32, cls: usize, size: usize) {

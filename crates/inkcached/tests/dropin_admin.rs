@@ -418,6 +418,47 @@ fn watcher_that_reads_nothing_holds_no_more_than_its_buffer() {
 }
 
 #[test]
+fn watch_evictions_logs_each_eviction_as_memcached() {
+    // memcached's t/watcher.t waited for a `type=eviction` line that inkcached never wrote
+    let Some((mc, ink)) = pair(FLAT) else {
+        return;
+    };
+    let mut firsts = Vec::new();
+    for port in [mc.port, ink.port] {
+        let mut w = connect(port);
+        w.write_all(b"watch evictions\r\n").unwrap();
+        let mut ok = [0u8; 4];
+        w.read_exact(&mut ok).unwrap();
+        assert_eq!(&ok, b"OK\r\n");
+        let value = "v".repeat(100_000);
+        let mut c = connect(port);
+        for i in 0..40 {
+            let r = text_on(
+                &mut c,
+                format!("set key{i} 0 0 100000\r\n{value}\r\n").as_bytes(),
+            );
+            assert_eq!(r, b"STORED\r\n");
+        }
+        w.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut r = std::io::BufReader::new(w);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut r, &mut line).unwrap();
+        // the time, sequence number and last access are each server's own
+        let masked: Vec<&str> = line
+            .trim_end()
+            .split(' ')
+            .filter(|f| !f.starts_with("ts=") && !f.starts_with("gid=") && !f.starts_with("la="))
+            .collect();
+        firsts.push(masked.join(" "));
+    }
+    assert!(
+        firsts[0].starts_with("type=eviction key=key0 fetch=no ttl=-1 "),
+        "{firsts:?}"
+    );
+    assert_eq!(firsts[1], firsts[0]);
+}
+
+#[test]
 fn watch_connevents_says_why_a_connection_closed() {
     // memcached's t/watcher.t: every close was logged `reason=normal`; memcached says normal
     // only when the client ended it (`quit`, or closing its end), idle_timeout for an idle
