@@ -194,6 +194,29 @@ fn stat_lines(port: u16, names: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// A `stats` figure, as the server at `port` gives it now.
+fn stat_u64(port: u16, name: &str) -> Option<u64> {
+    stat_lines(port, &[name])
+        .first()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A connection to `port` turned into a log watcher (`watch <kinds>`, answered OK).
+fn watcher(port: u16, kinds: &str) -> std::net::TcpStream {
+    let mut w = connect(port);
+    let cmd = if kinds.is_empty() {
+        "watch\r\n".to_string()
+    } else {
+        format!("watch {kinds}\r\n")
+    };
+    w.write_all(cmd.as_bytes()).unwrap();
+    let mut ok = [0u8; 4];
+    w.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"OK\r\n");
+    w
+}
+
 #[test]
 fn stats_reset_and_gone_items_count_as_memcached() {
     // Found by memcached's own t/stats.t and t/stats-detail.t, run against inkcached.
@@ -280,11 +303,7 @@ fn watch_streams_memcached_log_lines() {
     };
     let mut logs = Vec::new();
     for port in [mc.port, ink.port] {
-        let mut w = connect(port);
-        w.write_all(b"watch fetchers mutations\r\n").unwrap();
-        let mut ok = [0u8; 4];
-        w.read_exact(&mut ok).unwrap();
-        assert_eq!(&ok, b"OK\r\n");
+        let mut w = watcher(port, "fetchers mutations");
         text(
             port,
             b"set abc 0 0 2\r\nhi\r\nset x%20y 5 100 3\r\nabc\r\nget abc nope\r\nadd abc 0 0 1\r\nx\r\nappend abc 0 0 1\r\nx\r\ndelete abc\r\n",
@@ -335,56 +354,46 @@ fn watcher_that_falls_behind_is_told_what_it_skipped() {
     let Some((_mc, ink)) = pair(&["-o", "watcher_logbuf_size=8"]) else {
         return;
     };
-    {
-        let port = ink.port;
-        let mut w = connect(port);
-        w.write_all(b"watch\r\n").unwrap();
-        let mut ok = [0u8; 4];
-        w.read_exact(&mut ok).unwrap();
-        assert_eq!(&ok, b"OK\r\n");
-        // far more log lines than the watcher's socket and 8 KB buffer hold while it reads
-        // nothing
-        let spacer = "X".repeat(180);
-        let mut c = connect(port);
-        for batch in 0..40 {
-            let req: String = (0..1000)
-                .map(|i| format!("get k{batch}_{i}{spacer}\r\n"))
-                .collect();
-            text_on(&mut c, req.as_bytes());
-        }
-        w.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let mut r = std::io::BufReader::new(w);
-        let mut line = String::new();
-        let mut seen = None;
-        for n in 0..200_000 {
-            line.clear();
-            if std::io::BufRead::read_line(&mut r, &mut line).unwrap_or(0) == 0 {
-                break;
-            }
-            if line.starts_with("skipped=") {
-                seen = Some(n);
-                break;
-            }
-            if n % 100 == 0 {
-                // new lines free the notice (memcached sends it before a line that fits)
-                text_on(&mut c, b"get foo\r\n");
-            }
-        }
-        assert!(seen.is_some(), "no skipped= line");
-        text_on(&mut c, b"get foob\r\n");
-        line.clear();
-        std::io::BufRead::read_line(&mut r, &mut line).unwrap();
-        assert!(
-            line.starts_with("ts=") && line.contains(" type=item_get "),
-            "{line:?}"
-        );
-        let stats = String::from_utf8_lossy(&text(port, b"stats\r\n")).into_owned();
-        let skipped = stats
-            .lines()
-            .find_map(|l| l.strip_prefix("STAT log_watcher_skipped "))
-            .and_then(|v| v.parse::<u64>().ok());
-        assert!(skipped.is_some_and(|n| n > 0), "{skipped:?}");
+    let port = ink.port;
+    let w = watcher(port, "");
+    // far more log lines than the watcher's socket and 8 KB buffer hold while it reads
+    // nothing
+    let spacer = "X".repeat(180);
+    let mut c = connect(port);
+    for batch in 0..40 {
+        let req: String = (0..1000)
+            .map(|i| format!("get k{batch}_{i}{spacer}\r\n"))
+            .collect();
+        text_on(&mut c, req.as_bytes());
     }
+    w.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut r = std::io::BufReader::new(w);
+    let mut line = String::new();
+    let mut seen = false;
+    for n in 0..200_000 {
+        line.clear();
+        if std::io::BufRead::read_line(&mut r, &mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if line.starts_with("skipped=") {
+            seen = true;
+            break;
+        }
+        if n % 100 == 0 {
+            // new lines free the notice (memcached sends it before a line that fits)
+            text_on(&mut c, b"get foo\r\n");
+        }
+    }
+    assert!(seen, "no skipped= line");
+    text_on(&mut c, b"get foob\r\n");
+    line.clear();
+    std::io::BufRead::read_line(&mut r, &mut line).unwrap();
+    assert!(
+        line.starts_with("ts=") && line.contains(" type=item_get "),
+        "{line:?}"
+    );
+    let skipped = stat_u64(port, "log_watcher_skipped");
+    assert!(skipped.is_some_and(|n| n > 0), "{skipped:?}");
 }
 
 #[test]
@@ -396,11 +405,7 @@ fn watcher_that_reads_nothing_holds_no_more_than_its_buffer() {
         return;
     };
     let port = ink.port;
-    let mut w = connect(port);
-    w.write_all(b"watch\r\n").unwrap();
-    let mut ok = [0u8; 4];
-    w.read_exact(&mut ok).unwrap();
-    assert_eq!(&ok, b"OK\r\n");
+    let w = watcher(port, "");
     let spacer = "X".repeat(180);
     let mut c = connect(port);
     // ~10 MB of log lines, more than the watcher's socket holds
@@ -408,11 +413,7 @@ fn watcher_that_reads_nothing_holds_no_more_than_its_buffer() {
         let r = text_on(&mut c, format!("get k{i}{spacer}\r\n").as_bytes());
         assert_eq!(r, b"END\r\n");
     }
-    let stats = String::from_utf8_lossy(&text(port, b"stats\r\n")).into_owned();
-    let skipped = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("STAT log_watcher_skipped "))
-        .and_then(|v| v.parse::<u64>().ok());
+    let skipped = stat_u64(port, "log_watcher_skipped");
     assert!(skipped.is_some_and(|n| n > 10_000), "{skipped:?}");
     drop(w);
 }
@@ -425,11 +426,7 @@ fn watch_evictions_logs_each_eviction_as_memcached() {
     };
     let mut firsts = Vec::new();
     for port in [mc.port, ink.port] {
-        let mut w = connect(port);
-        w.write_all(b"watch evictions\r\n").unwrap();
-        let mut ok = [0u8; 4];
-        w.read_exact(&mut ok).unwrap();
-        assert_eq!(&ok, b"OK\r\n");
+        let w = watcher(port, "evictions");
         let value = "v".repeat(100_000);
         let mut c = connect(port);
         for i in 0..40 {
@@ -468,11 +465,7 @@ fn watch_connevents_says_why_a_connection_closed() {
     };
     let mut logs = Vec::new();
     for port in [mc.port, ink.port] {
-        let mut w = connect(port);
-        w.write_all(b"watch connevents\r\n").unwrap();
-        let mut ok = [0u8; 4];
-        w.read_exact(&mut ok).unwrap();
-        assert_eq!(&ok, b"OK\r\n");
+        let mut w = watcher(port, "connevents");
         let pause = || std::thread::sleep(Duration::from_millis(300));
         let mut c = connect(port);
         c.write_all(b"quit\r\n").unwrap();
