@@ -582,6 +582,7 @@ impl Store {
             }
             let th = self.hash(key_of(sh.slots[victim as usize].item.as_deref().unwrap()));
             sh.evictions += 1;
+            self.log_evicted(sh, victim, now);
             self.count_evicted(sh, victim, now);
             self.unlink(sh, th, victim);
         }

@@ -404,6 +404,28 @@ impl Store {
         );
     }
 
+    /// `watch evictions`: the item at `idx` is evicted.
+    pub(super) fn log_evicted(&self, sh: &Shard, idx: u32, now: u32) {
+        if crate::watch::WATCH.count() == 0 {
+            return;
+        }
+        let slot = &sh.slots[idx as usize];
+        let it = ItemRef::ram(slot.item.as_deref().unwrap());
+        let ttl = if it.exptime() != 0 {
+            i64::from(it.exptime()) - i64::from(now)
+        } else {
+            -1
+        };
+        crate::watch::on_evict(
+            it.key(),
+            slot.meta.has(FETCHED),
+            ttl,
+            now.saturating_sub(slot.meta.atime),
+            self.class_of(&it).0,
+            it.value_len(),
+        );
+    }
+
     /// `watch mutations`: a store and its result.
     pub(super) fn log_store(
         &self,
@@ -460,21 +482,6 @@ impl Store {
         let it = ItemRef::ram(slot.item.as_deref().unwrap());
         let (cls, _) = self.class_of(&it);
         let (nonzero, meta) = (it.exptime() != 0, slot.meta);
-        if crate::watch::WATCH.count() > 0 {
-            let ttl = if nonzero {
-                i64::from(it.exptime()) - i64::from(now)
-            } else {
-                -1
-            };
-            crate::watch::on_evict(
-                it.key(),
-                meta.has(FETCHED),
-                ttl,
-                now.saturating_sub(meta.atime),
-                cls,
-                it.value_len(),
-            );
-        }
         let c = self.class_mut(sh, cls);
         c.evicted += 1;
         c.evicted_nonzero += u64::from(nonzero);
