@@ -426,7 +426,7 @@ impl Store {
         if let Some(why) = self.gone(item, now) {
             // memcached's do_item_get: unlinked and counted as a get of a flushed or expired
             // item (whatever the command), not as reclaimed (that is the LRU tail's count)
-            self.log_gone(sh, idx, now);
+            self.log_gone(sh, idx, why);
             match why {
                 Gone::Flushed => sh.get_flushed += 1,
                 Gone::Expired => sh.get_expired += 1,

@@ -3,8 +3,8 @@
 //! the locked single-key access the meta commands need. A child module of `store`.
 
 use super::{
-    item_size, lru_push_front, lru_remove, make_item, ItemRef, Mode, Shard, Store, StoreResult,
-    FLASH, NIL, RAM,
+    item_size, lru_push_front, lru_remove, make_item, Gone, ItemRef, Mode, Shard, Store,
+    StoreResult, FLASH, NIL, RAM,
 };
 use crate::ext::io;
 use crate::slabs::{Slabs, MAX_CLASSES};
@@ -390,18 +390,18 @@ impl Store {
         crate::watch::on_fetch(it.key(), Some((slot.meta.cls.into(), it.value_len())), None);
     }
 
-    /// `watch fetchers`: a stored item was found expired or flushed.
-    pub(super) fn log_gone(&self, sh: &Shard, idx: u32, now: u32) {
+    /// `watch fetchers`: a stored item was found gone, for the reason `gone()` gave (flushed
+    /// before expired, as memcached's `do_item_get` logs it).
+    pub(super) fn log_gone(&self, sh: &Shard, idx: u32, why: Gone) {
         if crate::watch::WATCH.count() == 0 {
             return;
         }
         let it = ItemRef::ram(sh.slots[idx as usize].item.as_deref().unwrap());
-        let expired = it.exptime() != 0 && it.exptime() <= now;
-        crate::watch::on_fetch(
-            it.key(),
-            None,
-            Some(if expired { "expired" } else { "flushed" }),
-        );
+        let status = match why {
+            Gone::Flushed => "flushed",
+            Gone::Expired => "expired",
+        };
+        crate::watch::on_fetch(it.key(), None, Some(status));
     }
 
     /// `watch evictions`: the item at `idx` is evicted.

@@ -217,6 +217,21 @@ fn watcher(port: u16, kinds: &str) -> std::net::TcpStream {
     w
 }
 
+/// What a watcher has been sent, read until it has been quiet for 300 ms.
+fn drain(w: &mut std::net::TcpStream) -> String {
+    w.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = w.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[test]
 fn stats_reset_and_gone_items_count_as_memcached() {
     // Found by memcached's own t/stats.t and t/stats-detail.t, run against inkcached.
@@ -309,19 +324,8 @@ fn watch_streams_memcached_log_lines() {
             b"set abc 0 0 2\r\nhi\r\nset x%20y 5 100 3\r\nabc\r\nget abc nope\r\nadd abc 0 0 1\r\nx\r\nappend abc 0 0 1\r\nx\r\ndelete abc\r\n",
         );
         std::thread::sleep(Duration::from_millis(300));
-        w.set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut out = Vec::new();
-        let mut buf = [0u8; 65536];
-        while let Ok(n) = w.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            out.extend_from_slice(&buf[..n]);
-        }
         // timestamps, sequence numbers and descriptors are each server's own
-        let s: Vec<String> = String::from_utf8(out)
-            .unwrap()
+        let s: Vec<String> = drain(&mut w)
             .lines()
             .map(|l| {
                 l.split(' ')
@@ -343,6 +347,42 @@ fn watch_streams_memcached_log_lines() {
         "{:?}",
         logs[0]
     );
+}
+
+#[test]
+fn watch_fetchers_logs_an_item_both_flushed_and_expired_as_flushed() {
+    // memcached's do_item_get checks flushed before expired, and logs what it found; inkcached
+    // counted such an item as flushed but logged it `status=expired`
+    let Some((mc, ink)) = pair(FLAT) else {
+        return;
+    };
+    let mut logs = Vec::new();
+    for port in [mc.port, ink.port] {
+        let mut w = watcher(port, "fetchers");
+        // a negative exptime: expired as soon as stored; then flushed too
+        text(port, b"set both 0 -1 1\r\nx\r\nflush_all\r\nget both\r\n");
+        std::thread::sleep(Duration::from_millis(300));
+        let gets: Vec<String> = drain(&mut w)
+            .lines()
+            .filter(|l| l.contains("type=item_get"))
+            .map(|l| {
+                l.split(' ')
+                    .filter(|f| !f.starts_with("ts=") && !f.starts_with("gid="))
+                    .map(|f| if f.starts_with("cfd=") { "cfd=N" } else { f })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        logs.push(gets);
+    }
+    // the set's own lookup of the key (not_found), then the get's
+    assert_eq!(
+        logs[0].last().map(String::as_str),
+        Some("type=item_get key=both status=flushed clsid=0 cfd=N size=0"),
+        "memcached: {:?}",
+        logs[0]
+    );
+    assert_eq!(logs[1], logs[0]);
 }
 
 #[test]
@@ -483,17 +523,7 @@ fn watch_connevents_says_why_a_connection_closed() {
         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let _ = c.read_to_end(&mut rest);
         pause();
-        w.set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut out = Vec::new();
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = w.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            out.extend_from_slice(&buf[..n]);
-        }
-        let reasons: Vec<String> = String::from_utf8_lossy(&out)
+        let reasons: Vec<String> = drain(&mut w)
             .lines()
             .filter_map(|l| l.split(' ').find(|f| f.starts_with("reason=")))
             .map(String::from)
