@@ -198,8 +198,7 @@ fn stats(sh: &Arc<Shared>, ctx: &Ctx, t: &[&[u8]], out: &mut Vec<u8>) -> Next {
             }
             sh.store.reset_stats();
             sh.rt.crawler_starts.store(0, Ordering::Relaxed);
-            crate::watch::WATCH.sent.store(0, Ordering::Relaxed);
-            crate::watch::WATCH.skipped.store(0, Ordering::Relaxed);
+            crate::watch::WATCH.reset_stats();
             sh.prefixes
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

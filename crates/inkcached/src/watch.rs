@@ -55,6 +55,12 @@ impl Watchers {
         self.count.load(Ordering::Relaxed)
     }
 
+    /// `stats reset`: the sent and skipped counts start again from zero.
+    pub fn reset_stats(&self) {
+        self.sent.store(0, Ordering::Relaxed);
+        self.skipped.store(0, Ordering::Relaxed);
+    }
+
     /// Adds a watcher; its lines go to `buf`. False if too many.
     fn add(&self, conn: usize, worker: usize, flags: u16, buf: Arc<Mutex<Vec<u8>>>) -> bool {
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());

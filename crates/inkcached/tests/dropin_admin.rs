@@ -232,6 +232,25 @@ fn drain(w: &mut std::net::TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The lines a `watch <kinds>` watcher is sent while `script` runs on another connection, with
+/// what is each server's own masked: timestamps and sequence numbers left out, descriptors
+/// written `cfd=N`.
+fn logged(port: u16, kinds: &str, script: &[u8]) -> Vec<String> {
+    let mut w = watcher(port, kinds);
+    text(port, script);
+    std::thread::sleep(Duration::from_millis(300));
+    drain(&mut w)
+        .lines()
+        .map(|l| {
+            l.split(' ')
+                .filter(|f| !f.starts_with("ts=") && !f.starts_with("gid="))
+                .map(|f| if f.starts_with("cfd=") { "cfd=N" } else { f })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
 #[test]
 fn stats_reset_and_gone_items_count_as_memcached() {
     // Found by memcached's own t/stats.t and t/stats-detail.t, run against inkcached.
@@ -316,27 +335,8 @@ fn watch_streams_memcached_log_lines() {
     let Some((mc, ink)) = pair(FLAT) else {
         return;
     };
-    let mut logs = Vec::new();
-    for port in [mc.port, ink.port] {
-        let mut w = watcher(port, "fetchers mutations");
-        text(
-            port,
-            b"set abc 0 0 2\r\nhi\r\nset x%20y 5 100 3\r\nabc\r\nget abc nope\r\nadd abc 0 0 1\r\nx\r\nappend abc 0 0 1\r\nx\r\ndelete abc\r\n",
-        );
-        std::thread::sleep(Duration::from_millis(300));
-        // timestamps, sequence numbers and descriptors are each server's own
-        let s: Vec<String> = drain(&mut w)
-            .lines()
-            .map(|l| {
-                l.split(' ')
-                    .filter(|w| !w.starts_with("ts=") && !w.starts_with("gid="))
-                    .map(|w| if w.starts_with("cfd=") { "cfd=N" } else { w })
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect();
-        logs.push(s);
-    }
+    let script = b"set abc 0 0 2\r\nhi\r\nset x%20y 5 100 3\r\nabc\r\nget abc nope\r\nadd abc 0 0 1\r\nx\r\nappend abc 0 0 1\r\nx\r\ndelete abc\r\n";
+    let logs = [mc.port, ink.port].map(|p| logged(p, "fetchers mutations", script));
     assert_eq!(logs[0], logs[1]);
     assert!(logs[0].len() >= 10, "{:?}", logs[0]);
     assert!(
@@ -356,25 +356,9 @@ fn watch_fetchers_logs_an_item_both_flushed_and_expired_as_flushed() {
     let Some((mc, ink)) = pair(FLAT) else {
         return;
     };
-    let mut logs = Vec::new();
-    for port in [mc.port, ink.port] {
-        let mut w = watcher(port, "fetchers");
-        // a negative exptime: expired as soon as stored; then flushed too
-        text(port, b"set both 0 -1 1\r\nx\r\nflush_all\r\nget both\r\n");
-        std::thread::sleep(Duration::from_millis(300));
-        let gets: Vec<String> = drain(&mut w)
-            .lines()
-            .filter(|l| l.contains("type=item_get"))
-            .map(|l| {
-                l.split(' ')
-                    .filter(|f| !f.starts_with("ts=") && !f.starts_with("gid="))
-                    .map(|f| if f.starts_with("cfd=") { "cfd=N" } else { f })
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect();
-        logs.push(gets);
-    }
+    // a negative exptime: expired as soon as stored; then flushed too
+    let script = b"set both 0 -1 1\r\nx\r\nflush_all\r\nget both\r\n";
+    let logs = [mc.port, ink.port].map(|p| logged(p, "fetchers", script));
     // the set's own lookup of the key (not_found), then the get's
     assert_eq!(
         logs[0].last().map(String::as_str),
