@@ -514,6 +514,31 @@ impl Store {
         slot
     }
 
+    /// memcached's `lru_pull_tail` before each allocation for a store (`do_item_alloc_pull`,
+    /// its flat LRU's): up to five expired or flushed items at the LRU tail are reclaimed
+    /// (counted `reclaimed`, and `expired_unfetched` if never fetched); a live one stops it.
+    fn pull_tail(&self, sh: &mut Shard, now: u32) {
+        for _ in 0..5 {
+            let t = sh.tails[RAM];
+            if t == NIL {
+                break;
+            }
+            let item = sh.slots[t as usize].item.as_deref().unwrap();
+            if self.live(item, now) {
+                break;
+            }
+            let th = self.hash(key_of(item));
+            self.reclaim(sh, th, t);
+        }
+    }
+
+    /// Removes the dead item at `idx` (key hash `h`) from the LRU tail, counted as reclaimed.
+    fn reclaim(&self, sh: &mut Shard, h: u64, idx: u32) {
+        sh.reclaimed += 1;
+        self.count_reclaimed(sh, idx);
+        self.unlink(sh, h, idx);
+    }
+
     /// Evicts from the LRU tails until the shard is within its budget: values large enough
     /// move to flash (their item stays, smaller), others are dropped; items whose value is on
     /// flash are dropped only when no other value is left in RAM. Never the newest item.
@@ -534,8 +559,7 @@ impl Store {
                 let item = sh.slots[t as usize].item.as_deref().unwrap();
                 if !self.live(item, now) {
                     let th = self.hash(key_of(item));
-                    sh.reclaimed += 1;
-                    self.unlink(sh, th, t);
+                    self.reclaim(sh, th, t);
                     continue;
                 }
                 if now.saturating_sub(ItemRef::ram(item).time()) < e.cfg.item_age
@@ -557,9 +581,7 @@ impl Store {
                 let item = sh.slots[t as usize].item.as_deref().unwrap();
                 let th = self.hash(key_of(item));
                 if !self.live(item, now) {
-                    sh.reclaimed += 1;
-                    self.count_reclaimed(sh, t);
-                    self.unlink(sh, th, t);
+                    self.reclaim(sh, th, t);
                     continue;
                 }
                 if !self.opts.evict {

@@ -290,6 +290,8 @@ impl Store {
         let now = self.now();
         let exp = self.realtime(exptime, now);
         let mut sh = self.shard(h);
+        // memcached allocates the item for the data before it looks the key up
+        self.pull_tail(&mut sh, now);
         let old = self.find(&mut sh, h, key, now);
         // memcached counts the set in the class of the item it allocated for the data
         let cls =
@@ -536,9 +538,7 @@ impl Store {
                 break;
             }
             let th = self.hash(ItemRef::ram(sh.slots[t as usize].item.as_deref().unwrap()).key());
-            sh.reclaimed += 1;
-            self.count_reclaimed(sh, t);
-            self.unlink(sh, th, t);
+            self.reclaim(sh, th, t);
         }
         !over(self)
     }

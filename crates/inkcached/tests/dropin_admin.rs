@@ -266,9 +266,7 @@ fn stats_reset_and_gone_items_count_as_memcached() {
     assert!(f.is_empty(), "{}", f.join("\n"));
     // A lookup that finds its item expired (an absolute time long past, a negative one) or
     // flushed counts get_expired or get_flushed, whatever the command, and not reclaimed (the
-    // LRU tail's count); `stats reset` zeroes total_items and the item counters. (No item is
-    // left flushed: memcached without its LRU maintainer reclaims such items at its class's
-    // LRU tail when it allocates, which inkcached does not.)
+    // LRU tail's count); `stats reset` zeroes total_items and the item counters.
     let names = [
         "get_misses",
         "get_expired",
@@ -301,6 +299,55 @@ fn stats_reset_and_gone_items_count_as_memcached() {
         "{after:?}"
     );
     assert_eq!(stat_lines(ink.port, &names), after);
+}
+
+#[test]
+fn a_store_reclaims_dead_items_at_the_lru_tail_as_memcached() {
+    // Found by memcached's t/issue_163.t and t/issue_183.t: before it allocates for a store,
+    // memcached reclaims expired and flushed items at its LRU tail (up to five), counted as
+    // reclaimed, and expired_unfetched when never fetched, in the item's class too. inkcached
+    // had only counted them when it needed their room.
+    let Some((mc, ink)) = pair(FLAT) else {
+        return;
+    };
+    let names = [
+        "get_expired",
+        "get_flushed",
+        "reclaimed",
+        "expired_unfetched",
+        "curr_items",
+    ];
+    // one expired (a negative exptime) and fetched never; then two flushed, one of them
+    // fetched. All in one slab class: memcached pulls the tail of the class it allocates in.
+    let steps: [&[u8]; 3] = [
+        b"set gone 0 -1 1\r\nx\r\nset a 0 0 1\r\nx\r\n",
+        b"set b 0 0 1\r\nx\r\nget b\r\nflush_all\r\n",
+        b"set c 0 0 1\r\nx\r\n",
+    ];
+    let mut seen = Vec::new();
+    for port in [mc.port, ink.port] {
+        let mut after = Vec::new();
+        for step in steps {
+            text(port, step);
+            let items: Vec<String> = String::from_utf8_lossy(&text(port, b"stats items\r\n"))
+                .lines()
+                .filter(|l| l.contains(":reclaimed ") || l.contains(":expired_unfetched "))
+                .map(String::from)
+                .collect();
+            after.push((stat_lines(port, &names), items));
+        }
+        seen.push(after);
+    }
+    let last = &seen[0][2].0;
+    assert!(
+        last.contains(&"STAT reclaimed 3".to_string()),
+        "memcached: {last:?}"
+    );
+    assert!(
+        last.contains(&"STAT expired_unfetched 2".to_string()),
+        "memcached: {last:?}"
+    );
+    assert_eq!(seen[1], seen[0]);
 }
 
 #[test]
