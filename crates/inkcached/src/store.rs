@@ -514,8 +514,8 @@ impl Store {
         slot
     }
 
-    /// memcached's `lru_pull_tail` before each allocation for a store (`do_item_alloc_pull`,
-    /// its flat LRU's): up to five expired or flushed items at the LRU tail are reclaimed
+    /// What memcached's `do_item_alloc_pull` does before it allocates for a store (with a flat
+    /// LRU, `lru_pull_tail`): up to five expired or flushed items at the LRU tail are reclaimed
     /// (counted `reclaimed`, and `expired_unfetched` if never fetched); a live one stops it.
     fn pull_tail(&self, sh: &mut Shard, now: u32) {
         for _ in 0..5 {
