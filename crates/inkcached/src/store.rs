@@ -514,22 +514,24 @@ impl Store {
         slot
     }
 
-    /// What memcached's `do_item_alloc_pull` does before it allocates for a store (with a flat
-    /// LRU, `lru_pull_tail`): up to five expired or flushed items at the LRU tail are reclaimed
-    /// (counted `reclaimed`, and `expired_unfetched` if never fetched); a live one stops it.
-    fn pull_tail(&self, sh: &mut Shard, now: u32) {
-        for _ in 0..5 {
+    /// Reclaims up to `max` expired or flushed items at the LRU tail (counted `reclaimed`,
+    /// and `expired_unfetched` if never fetched); a live one stops it. Returns how many. Before
+    /// each store with `max` 5, it is what memcached's `do_item_alloc_pull` does before it
+    /// allocates (with a flat LRU, `lru_pull_tail`).
+    fn pull_tail(&self, sh: &mut Shard, now: u32, max: usize) -> usize {
+        for n in 0..max {
             let t = sh.tails[RAM];
             if t == NIL {
-                break;
+                return n;
             }
             let item = sh.slots[t as usize].item.as_deref().unwrap();
             if self.live(item, now) {
-                break;
+                return n;
             }
             let th = self.hash(key_of(item));
             self.reclaim(sh, th, t);
         }
+        max
     }
 
     /// Removes the dead item at `idx` (key hash `h`) from the LRU tail, counted as reclaimed.

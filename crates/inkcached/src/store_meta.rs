@@ -291,7 +291,7 @@ impl Store {
         let exp = self.realtime(exptime, now);
         let mut sh = self.shard(h);
         // memcached allocates the item for the data before it looks the key up
-        self.pull_tail(&mut sh, now);
+        self.pull_tail(&mut sh, now, 5);
         let old = self.find(&mut sh, h, key, now);
         // memcached counts the set in the class of the item it allocated for the data
         let cls =
@@ -530,15 +530,10 @@ impl Store {
             ItemRef::ram(sh.slots[o as usize].item.as_deref().unwrap()).size()
         });
         let over = |s: &Self| s.used.load(Ordering::Relaxed) + size > limit + freed;
+        // `old` is live (found by `find`, which removes dead items): the tail stops there too
         let mut looked = 0;
-        while over(self) && sh.tails[RAM] != NIL && looked < 50 {
-            let t = sh.tails[RAM];
+        while over(self) && looked < 50 && self.pull_tail(sh, now, 1) == 1 {
             looked += 1;
-            if Some(t) == old || self.live(sh.slots[t as usize].item.as_deref().unwrap(), now) {
-                break;
-            }
-            let th = self.hash(ItemRef::ram(sh.slots[t as usize].item.as_deref().unwrap()).key());
-            self.reclaim(sh, th, t);
         }
         !over(self)
     }
