@@ -206,7 +206,12 @@ impl Conn {
             }
             match step {
                 Step::NeedMore => {
-                    nread = buf.contains(&b'\n');
+                    // a text command line has come whole, or a binary request's header
+                    nread = if self.session.proto == crate::config::Proto::Binary {
+                        buf.len() >= inkproto::binary::HEADER_LEN
+                    } else {
+                        buf.contains(&b'\n')
+                    };
                     break;
                 }
                 Step::Done {

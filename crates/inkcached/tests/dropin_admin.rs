@@ -162,6 +162,37 @@ fn stats_conns_shows_a_value_on_its_way_as_memcached() {
 }
 
 #[test]
+fn stats_conns_shows_a_binary_value_on_its_way_as_memcached() {
+    // The same for the binary protocol: its header and key in, its value not. inkcached
+    // looked for a '\n' in what had come (a text command line's end), scanning a binary
+    // request whole on every read, and said conn_waiting unless it held one.
+    let Some((mc, ink)) = pair(&[]) else {
+        return;
+    };
+    let mut set = vec![0x80, 0x01, 0, 3, 8, 0, 0, 0, 0, 0, 0, 17];
+    set.extend_from_slice(&[0; 12]); // opaque, cas
+    set.extend_from_slice(&[0; 8]); // flags, exptime
+    set.extend_from_slice(b"foo");
+    for port in [mc.port, ink.port] {
+        let mut c = connect(port);
+        c.write_all(&set).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let s = String::from_utf8_lossy(&text(port, b"stats conns\r\n")).into_owned();
+        assert_eq!(
+            s.matches(":state conn_nread\r\n").count(),
+            1,
+            "port {port}: {s}"
+        );
+        c.write_all(b"fooval").unwrap();
+        let mut head = [0u8; 24];
+        c.read_exact(&mut head).unwrap();
+        assert_eq!((head[0], head[1], head[7]), (0x81, 0x01, 0), "port {port}");
+        let s = String::from_utf8_lossy(&text(port, b"stats conns\r\n")).into_owned();
+        assert!(!s.contains("conn_nread"), "port {port}: {s}");
+    }
+}
+
+#[test]
 fn metadump_detaches_like_memcached() {
     let Some((mc, ink)) = pair(&[]) else {
         return;
