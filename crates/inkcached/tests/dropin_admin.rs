@@ -447,21 +447,26 @@ fn watch_fetchers_logs_an_item_both_flushed_and_expired_as_flushed() {
     assert_eq!(logs[1], logs[0]);
 }
 
+/// inkcached alone, with an 8 KB watcher buffer; a watcher on it that reads nothing yet, and a
+/// client connection.
+fn small_buffer_watcher() -> (Server, std::net::TcpStream, std::net::TcpStream) {
+    let ink = inkcached(&["-o", "watcher_logbuf_size=8"]);
+    let w = watcher(ink.port, "");
+    let c = connect(ink.port);
+    (ink, w, c)
+}
+
 #[test]
 fn watcher_that_falls_behind_is_told_what_it_skipped() {
     // memcached's t/watcher.t, which waited forever on inkcached: lines that did not fit in a
     // slow watcher's buffer were dropped without the `skipped=N` line memcached sends first.
     // inkcached only: memcached drops lines at its workers' own log buffers too, before they
     // reach the watcher, and then sends no notice (its test calls itself flaky for it).
-    let Some((_mc, ink)) = pair(&["-o", "watcher_logbuf_size=8"]) else {
-        return;
-    };
+    let (ink, w, mut c) = small_buffer_watcher();
     let port = ink.port;
-    let w = watcher(port, "");
+    let spacer = "X".repeat(180);
     // far more log lines than the watcher's socket and 8 KB buffer hold while it reads
     // nothing
-    let spacer = "X".repeat(180);
-    let mut c = connect(port);
     for batch in 0..40 {
         let req: String = (0..1000)
             .map(|i| format!("get k{batch}_{i}{spacer}\r\n"))
@@ -503,13 +508,9 @@ fn watcher_that_reads_nothing_holds_no_more_than_its_buffer() {
     // memcached's t/watcher.t sends its gets one at a time: between two of them the watcher's
     // worker ran, and moved the bounded buffer's lines into the connection's own output,
     // which grew without bound while the watcher read nothing (nothing was ever skipped)
-    let Some((_mc, ink)) = pair(&["-o", "watcher_logbuf_size=8"]) else {
-        return;
-    };
+    let (ink, w, mut c) = small_buffer_watcher();
     let port = ink.port;
-    let w = watcher(port, "");
     let spacer = "X".repeat(180);
-    let mut c = connect(port);
     // ~10 MB of log lines, more than the watcher's socket holds
     for i in 0..40_000 {
         let r = text_on(&mut c, format!("get k{i}{spacer}\r\n").as_bytes());
