@@ -46,21 +46,34 @@ static __always_inline int martian_source(const struct pkt *p)
 }
 
 /* 1 if the destination is one of the interface's unicast addresses and (if `src`) the source
- * none of the host's addresses listed. */
+ * none of the host's addresses listed: compared with the packet's family's list only. */
 static __always_inline int addresses_ok(const struct ink_iface *ifc, const struct pkt *p, int src)
 {
-	int dst_ok = 0;
+	__u32 s4 = *(__u32 *)(p->saddr + 12), d4 = *(__u32 *)(p->daddr + 12);
+	__u32 local, dst_ok = 0;
 
+	if (!p->ipv6) {
+		local = ifc->v4_local;
+#pragma unroll
+		for (int i = 0; i < IFACE_ADDRS; i++) {
+			if (i >= ifc->nv4)
+				break;
+			if (src && ifc->v4[i] == s4)
+				return 0;
+			dst_ok |= (ifc->v4[i] == d4) & (local >> i);
+		}
+		return dst_ok & 1;
+	}
+	local = ifc->v6_local;
 #pragma unroll
 	for (int i = 0; i < IFACE_ADDRS; i++) {
-		if (i >= ifc->naddr)
+		if (i >= ifc->nv6)
 			break;
-		if (src && addr_eq(ifc->addr[i], p->saddr))
+		if (src && addr_eq(ifc->v6[i], p->saddr))
 			return 0;
-		if (ifc->kind[i] == ADDR_LOCAL && addr_eq(ifc->addr[i], p->daddr))
-			dst_ok = 1;
+		dst_ok |= addr_eq(ifc->v6[i], p->daddr) & (local >> i);
 	}
-	return dst_ok;
+	return dst_ok & 1;
 }
 
 /* Whether the stack would take the IPv4 header's checksum (its words sum to all ones). Checked

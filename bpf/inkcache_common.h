@@ -249,20 +249,28 @@ struct ink_req_key {
  * map, by ifindex): the kernel answers only what the host's stack would deliver (host.h). */
 #define IFACE_SLOTS  256    /* `ifaces` entries, by ifindex % IFACE_SLOTS (interfaces attached
 			     * together must differ there: attach refuses otherwise) */
-#define IFACE_ADDRS  16     /* addresses listed per interface; more are not answered */
+#define IFACE_ADDRS  16     /* addresses listed per interface and family (at most 16: a bit each in
+			     * v4_local, v6_local); more are not answered */
 #define IFACE_CSUM_PARTIAL 1 /* virtual interface: local senders' UDP checksums may be partial */
 #define IFACE_LOOPBACK 2    /* loopback: every source is the host itself, every host address local */
-#define ADDR_LOCAL   1      /* a unicast address of this interface: requests to it are answered */
-#define ADDR_HOST    2      /* another address of the host (or a broadcast): never a source */
 
+/* Each family's addresses in a list of its own: a request is compared with its own family's only
+ * (an IPv6 header naming an IPv4 address v4-mapped is no host's), and IPv4's as 4-byte words. A
+ * list holds the interface's unicast addresses (their bit set in *_local: requests to them are
+ * answered) and the host's others and the broadcasts (never a source). */
 struct ink_iface {
 	__u32 ifindex;         /* 0: no interface in this slot */
 	__u8 mac[6];
 	__u8 flags;            /* IFACE_* */
-	__u8 naddr;            /* entries used in addr/kind */
-	__u8 kind[IFACE_ADDRS];   /* ADDR_* */
-	__u8 addr[IFACE_ADDRS][16]; /* IPv4 mapped as ::ffff:a.b.c.d */
+	__u8 nv4;              /* entries used in v4 */
+	__u16 v4_local;        /* bit i: v4[i] is one of this interface's unicast addresses */
+	__u16 v6_local;        /* bit i: v6[i] is */
+	__u8 nv6;              /* entries used in v6 */
+	__u8 pad[3];
+	__be32 v4[IFACE_ADDRS];     /* as on the wire */
+	__u8 v6[IFACE_ADDRS][16];
 };
+_Static_assert(IFACE_ADDRS <= 16, "a bit per address in v4_local and v6_local");
 
 #define HINT_SHARED 0xff      /* klen of an entry two keys hash to */
 #define KEY_ROOM    256       /* KEY_MAX rounded up to 8-byte words */

@@ -44,11 +44,9 @@ int main(void)
 	CONST(CONN_FIFO, "Writes per followed connection awaiting their answers.");
 	CONST(PART_MAX, "Bytes of a line cut by a segment end that are carried over.");
 	CONST(IFACE_SLOTS, "Slots of the `ifaces` map (by ifindex modulo this).");
-	CONST(IFACE_ADDRS, "Addresses listed per interface.");
+	CONST(IFACE_ADDRS, "Addresses listed per interface and family.");
 	CONST(IFACE_CSUM_PARTIAL, "struct ink_iface flags: UDP checksums may be left partial.");
 	CONST(IFACE_LOOPBACK, "struct ink_iface flags: the loopback interface.");
-	CONST(ADDR_LOCAL, "struct ink_iface kind: a unicast address of the interface.");
-	CONST(ADDR_HOST, "struct ink_iface kind: another address of the host, or a broadcast.");
 	CONST(CONN_OUT_OK, "struct ink_conn flags: the server's byte numbering is known.");
 	CONST64(EXP_NEVER, "Expiry of an item that never expires.");
 	CONST64(EXP_UNKNOWN, "Expiry of an item that must not be served.");

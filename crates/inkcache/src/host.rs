@@ -7,21 +7,39 @@ use std::net::IpAddr;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::abi::{
-    self, ADDR_HOST, ADDR_LOCAL, IFACE_ADDRS, IFACE_CSUM_PARTIAL, IFACE_LOOPBACK, IFACE_SLOTS,
-};
+use crate::abi::{self, IFACE_ADDRS, IFACE_CSUM_PARTIAL, IFACE_LOOPBACK, IFACE_SLOTS};
 use crate::skel::xdp::types::ink_iface;
 
-/// An address as the programs keep it: IPv6, or IPv4 mapped as ::ffff:a.b.c.d.
-fn mapped(a: IpAddr) -> [u8; 16] {
+/// Adds `a` to its family's list in `e`: one of the interface's unicast addresses (`local`:
+/// requests to it are answered) or another of the host's (never a source). False if that list
+/// is full: a unicast address left out is not answered (safe), another address left out is
+/// not refused as a source.
+pub fn add_addr(e: &mut ink_iface, a: IpAddr, local: bool) -> bool {
     match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
+        IpAddr::V4(v4) => {
+            let i = usize::from(e.nv4);
+            if i >= IFACE_ADDRS {
+                return false;
+            }
+            e.v4[i] = u32::from_ne_bytes(v4.octets()); // as on the wire
+            e.v4_local |= u16::from(local) << i;
+            e.nv4 += 1;
+        }
+        IpAddr::V6(v6) => {
+            let i = usize::from(e.nv6);
+            if i >= IFACE_ADDRS {
+                return false;
+            }
+            e.v6[i] = v6.octets();
+            e.v6_local |= u16::from(local) << i;
+            e.nv6 += 1;
+        }
     }
+    true
 }
 
 /// The entry for `iface`: its own unicast addresses first, then the host's others and the
-/// broadcasts, as many as fit (an own address that does not fit is not answered: safe).
+/// broadcasts, as many of each family as fit (add_addr).
 pub fn describe(iface: &str) -> Result<ink_iface> {
     let mut e = ink_iface::default();
     let mut own = Vec::new();
@@ -69,18 +87,13 @@ pub fn describe(iface: &str) -> Result<ink_iface> {
         .exists();
     e.flags =
         if virt { IFACE_CSUM_PARTIAL as u8 } else { 0 } | if lo { IFACE_LOOPBACK as u8 } else { 0 };
-    let mut n = 0;
-    for (kind, a) in own
+    for (a, local) in own
         .iter()
-        .map(|a| (ADDR_LOCAL, a))
-        .chain(other.iter().map(|a| (ADDR_HOST, a)))
-        .take(IFACE_ADDRS)
+        .map(|a| (a, true))
+        .chain(other.iter().map(|a| (a, false)))
     {
-        e.kind[n] = kind as u8;
-        e.addr[n] = mapped(*a);
-        n += 1;
+        add_addr(&mut e, *a, local);
     }
-    e.naddr = n as u8;
     Ok(e)
 }
 
@@ -108,4 +121,39 @@ pub fn publish(map: &dyn MapCore, ifindex: u32, iface: &str) -> Result<()> {
     e.ifindex = ifindex;
     map.update(&key, abi::bytes_of(&e), MapFlags::ANY)
         .with_context(|| format!("recording {iface}'s addresses"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_family_has_its_own_list_of_addresses() {
+        let mut e = ink_iface::default();
+        assert!(add_addr(&mut e, "198.18.0.1".parse().unwrap(), true));
+        assert!(add_addr(&mut e, "fd00::1".parse().unwrap(), false));
+        assert!(add_addr(&mut e, "198.18.0.255".parse().unwrap(), false));
+        assert_eq!((e.nv4, e.nv6), (2, 1));
+        // IPv4 as on the wire, bit i set for the interface's own unicast addresses
+        assert_eq!(e.v4[0].to_ne_bytes(), [198, 18, 0, 1]);
+        assert_eq!(e.v4[1].to_ne_bytes(), [198, 18, 0, 255]);
+        assert_eq!((e.v4_local, e.v6_local), (0b01, 0b0));
+        assert_eq!(
+            e.v6[0],
+            "fd00::1".parse::<std::net::Ipv6Addr>().unwrap().octets()
+        );
+        // a full list refuses more of its family, and only of its family
+        for i in 2..IFACE_ADDRS {
+            assert!(add_addr(
+                &mut e,
+                format!("198.18.1.{i}").parse().unwrap(),
+                true
+            ));
+        }
+        assert!(!add_addr(&mut e, "198.18.2.1".parse().unwrap(), true));
+        assert_eq!(usize::from(e.nv4), IFACE_ADDRS);
+        assert_eq!(e.v4_local, !0b10, "every one added local but the broadcast");
+        assert!(add_addr(&mut e, "fd00::2".parse().unwrap(), true));
+        assert_eq!((e.nv6, e.v6_local), (2, 0b10));
+    }
 }

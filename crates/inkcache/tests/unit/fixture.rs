@@ -330,7 +330,6 @@ impl Fx {
     }
 }
 
-/// struct ink_conn_key of a client/server flow (IPv4 mapped into IPv6, ports in network order).
 /// The server's interface: SERVER_MAC, the server addresses of Flow::v4 and Flow::v6 (its own),
 /// 198.18.0.255 (a broadcast) and 198.18.0.3 (another interface's); `flags` IFACE_*.
 pub fn server_iface(flags: u8) -> ink_iface {
@@ -340,24 +339,18 @@ pub fn server_iface(flags: u8) -> ink_iface {
         flags,
         ..Default::default()
     };
-    let addrs: [(&str, usize); 4] = [
-        ("198.18.0.1", abi::ADDR_LOCAL),
-        ("fd00::1", abi::ADDR_LOCAL),
-        ("198.18.0.255", abi::ADDR_HOST),
-        ("198.18.0.3", abi::ADDR_HOST),
-    ];
-    for (i, (a, kind)) in addrs.iter().enumerate() {
-        let ip: std::net::IpAddr = a.parse().unwrap();
-        e.addr[i] = match ip {
-            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            std::net::IpAddr::V6(v6) => v6.octets(),
-        };
-        e.kind[i] = *kind as u8;
+    for (a, local) in [
+        ("198.18.0.1", true),
+        ("fd00::1", true),
+        ("198.18.0.255", false),
+        ("198.18.0.3", false),
+    ] {
+        assert!(inkcache::host::add_addr(&mut e, a.parse().unwrap(), local));
     }
-    e.naddr = addrs.len() as u8;
     e
 }
 
+/// struct ink_conn_key of a client/server flow (IPv4 mapped into IPv6, ports in network order).
 pub fn conn_key(flow: &packet::Flow) -> Vec<u8> {
     let v6 = |a: std::net::IpAddr| match a {
         std::net::IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
