@@ -114,6 +114,77 @@ static __always_inline int udp_csum_ok(struct scratch *s, const struct pkt *p, _
 	return csum_fold(csum_add(sum, s->rq.sum)) == 0; /* the request's, summed as it was copied */
 }
 
+/* A destination's slot in scratch.sl: its family's half, by its address's last byte (a server's
+ * addresses of one family usually differ there). Masked on the 64-bit register the address is
+ * made from: 6.1's verifier loses the bounds of a narrower one. */
+static __always_inline void *sl_of(struct scratch *s, const struct pkt *p)
+{
+	__u64 i = (p->ipv6 & 1) << 2 | (p->daddr[15] & 3);
+
+	barrier_var(i);
+	i &= SL_SLOTS - 1;
+	return &s->sl[i];
+}
+
+/* Whether a UDP socket of the interface's namespace would receive the request in scratch.pk: the
+ * server may listen on some of the host's addresses only (memcached -l), or on one family only.
+ * Found as the stack finds it (bpf_sk_lookup_udp: bound address and device, IPV6_V6ONLY,
+ * reuseport groups, sk_lookup programs), by destination: not by source (an unconnected server
+ * socket receives from any). If one would, the destination is remembered in scratch.sl with
+ * generation `gen` (server_listens). A function of its own, verified once: it holds a socket
+ * reference, and inlined it multiplied the states the verifier walks after it past its budget. */
+__noinline int socket_lookup(struct xdp_md *ctx, __u64 gen)
+{
+	struct scratch *s = get_scratch();
+	struct bpf_sock_tuple t = {};
+	struct bpf_sock *sk;
+	struct pkt *p;
+	__u32 len;
+	typeof(&s->sl[0]) m;
+
+	if (!ctx || !s)
+		return 0;
+	p = &s->pk;
+	if (!p->ipv6) {
+		t.ipv4.saddr = *(__u32 *)(p->saddr + 12);
+		t.ipv4.daddr = *(__u32 *)(p->daddr + 12);
+		t.ipv4.sport = p->sport;
+		t.ipv4.dport = p->dport;
+		len = sizeof(t.ipv4);
+	} else {
+		__builtin_memcpy(t.ipv6.saddr, p->saddr, 16);
+		__builtin_memcpy(t.ipv6.daddr, p->daddr, 16);
+		t.ipv6.sport = p->sport;
+		t.ipv6.dport = p->dport;
+		len = sizeof(t.ipv6);
+	}
+	sk = bpf_sk_lookup_udp(ctx, &t, len, BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	bpf_sk_release(sk);
+	m = sl_of(s, p);
+	__builtin_memcpy(m->daddr, p->daddr, 16);
+	m->ifindex = ctx->ingress_ifindex;
+	m->port = p->dport;
+	m->gen = gen + 1;
+	return 1;
+}
+
+/* socket_lookup, but for a destination found before on this CPU (four of each family: sl_of),
+ * until a socket binds or releases a cached port (ink_global.gen `gen`, inkcache_sock.bpf.c): a
+ * get there costs no lookup and no call (a lookup costs ~140 ns on the AMD VM, more than half a
+ * hot hit: docs/results/host-checks.md). */
+static __always_inline int server_listens(struct xdp_md *ctx, struct scratch *s,
+					  const struct pkt *p, __u64 gen)
+{
+	typeof(&s->sl[0]) m = sl_of(s, p);
+
+	if (m->gen == gen + 1 && m->ifindex == ctx->ingress_ifindex && m->port == p->dport &&
+	    addr_eq(m->daddr, p->daddr))
+		return 1;
+	return socket_lookup(ctx, gen);
+}
+
 /* 1 if the host's stack would deliver this UDP request (in scratch.buf, after the frame header
  * whose word sum is fsum) to the server; else 0 (counted: not_host). */
 static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, struct pkt *p,
@@ -122,6 +193,7 @@ static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, 
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	__u32 ifindex = ctx->ingress_ifindex, slot = ifindex % IFACE_SLOTS;
 	struct ink_iface *ifc = bpf_map_lookup_elem(&ifaces, &slot);
+	struct ink_global *g;
 	__u8 *dmac = data;
 
 	if (!ifc || ifc->ifindex != ifindex || (void *)(dmac + 6) > data_end)
@@ -136,6 +208,9 @@ static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, 
 		goto no;
 	}
 	if (!ipv4_sum_ok(data, data_end, p) || !udp_csum_ok(s, p, fsum, ifc->flags))
+		goto no;
+	g = global_state();
+	if (!g || !server_listens(ctx, s, p, *(volatile __u64 *)&g->gen))
 		goto no;
 	return 1;
 no:

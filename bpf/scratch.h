@@ -91,6 +91,8 @@ struct b64_walk {
 	int bad;
 };
 
+#define SL_SLOTS 8 /* scratch.sl: four destinations of each family */
+
 struct scratch {
 	__u8 buf[SCRATCH_LEN + 64];  /* payload as received (masked indices + 16-byte chunks) */
 	__u8 out[OUT_LEN];           /* reply under construction: frame header + items + END */
@@ -101,6 +103,14 @@ struct scratch {
 	__u32 need;                  /* reply length a lookup would have reached (LK_FULL) */
 	__u32 miss[32];              /* split multi-key gets: the keys that missed, in order */
 	struct pkt pk;               /* the packet being handled (XDP, TC ingress): kept off the stack */
+	struct {                     /* host.h server_listens: destinations a socket was found for
+				      * (XDP), by family and address (host.h sl_of) */
+		__u8 daddr[16];
+		__u32 ifindex;
+		__u16 port;            /* network order */
+		__u16 pad;
+		__u64 gen;             /* ink_global.gen + 1 when found; 0: nothing known */
+	} sl[SL_SLOTS];
 	struct {                     /* the request as XDP copied it into buf (pktcopy.h) */
 		__u32 sum;             /* its sum (csum.h, as buf_sum gives it) */
 		__u32 marks;           /* its bytes below '!' or above 0x7f; ~0: not counted */

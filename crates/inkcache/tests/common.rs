@@ -41,8 +41,13 @@ pub fn bin() -> &'static str {
 impl Rig {
     /// Namespaces + server, nothing attached yet.
     pub fn new() -> Result<Rig> {
+        Rig::with_server(&[])
+    }
+
+    /// As `new`, the server started with `extra` options too.
+    pub fn with_server(extra: &[&str]) -> Result<Rig> {
         let pair = Pair::new()?;
-        let server = Server::start(&pair.server, PORT)?;
+        let server = Server::start_with(&pair.server, PORT, extra)?;
         // XDP_TX on veth needs an XDP program on the peer end.
         testkit::sh(Command::new(bin()).args([
             "--netns",

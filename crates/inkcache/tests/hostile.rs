@@ -156,6 +156,45 @@ fn gets_the_host_would_drop_are_not_answered() {
     }
 }
 
+/// memcached listening on some of the host's addresses only (`-l`): a get to another address of
+/// its interface reaches no socket (the host answers it with an ICMP error), so the kernel must
+/// not answer it either, even with the key cached.
+#[test]
+fn gets_to_an_address_the_server_does_not_listen_on_are_not_answered() {
+    testkit::require_tool!("/usr/bin/python3");
+    // 127.0.0.1 too: the rig waits for the server there
+    let mut rig = Rig::with_server(&["-l", "198.18.0.1,127.0.0.1"]).unwrap();
+    testkit::sh(rig.pair.server.cmd("ip").args([
+        "addr",
+        "add",
+        "198.18.0.5/24",
+        "dev",
+        &rig.pair.srv_if,
+    ]))
+    .unwrap();
+    set(&rig, "hk", 0, b"value");
+    let value = "VALUE hk 0 5\r\nvalue\r\nEND\r\n";
+    let get = |rig: &Rig, dst| craft(rig, "hk", "198.18.0.2", dst, None, &[]);
+    assert_eq!(get(&rig, "198.18.0.1").as_deref(), Some(value));
+    assert_eq!(
+        get(&rig, "198.18.0.5"),
+        None,
+        "memcached does not listen there"
+    );
+    rig.attach(&[]).unwrap();
+    cache_it(&rig, "hk");
+    let (hits, not_host) = (rig.stat("hits"), rig.stat("not_host"));
+    assert_eq!(get(&rig, "198.18.0.1").as_deref(), Some(value));
+    assert_eq!(rig.stat("hits"), hits + 1, "a kernel hit where it listens");
+    assert_eq!(
+        get(&rig, "198.18.0.5"),
+        None,
+        "answered where no socket listens"
+    );
+    assert_eq!(rig.stat("hits"), hits + 1, "the kernel answered it");
+    assert_eq!(rig.stat("not_host"), not_host + 1, "not counted");
+}
+
 /// Sends `bytes` on one TCP connection and reads what memcached answers for a moment.
 fn tcp_send(rig: &Rig, bytes: &[u8]) {
     let addr = rig.server_addr();

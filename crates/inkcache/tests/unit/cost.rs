@@ -497,6 +497,58 @@ fn non_target_cost() {
     }
 }
 
+/// What the host checks' socket lookup costs (bpf/host.h socket_lookup): hot hits alternating
+/// between two of the interface's IPv4 addresses whose destinations share a slot of the ones
+/// remembered (198.18.0.1 and .9: bpf/host.h sl_of), so that each looks its socket up; against
+/// hot hits to one address, and alternating between two in different slots (.1 and .10), which
+/// never do.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn socket_lookup_cost() {
+    let f = fx();
+    let mut iface = super::fixture::server_iface(0);
+    for a in ["198.18.0.9", "198.18.0.10"] {
+        assert!(inkcache::host::add_addr(
+            &mut iface,
+            a.parse().unwrap(),
+            true
+        ));
+    }
+    f.set_iface(&iface);
+    let fl = Flow::v4();
+    let v = [b'v'; 32];
+    write_key(&f, &fl, KEY, &v);
+    f.fill(&fl, KEY, 0, &v);
+    let get = format!("get {KEY}\r\n");
+    let to = |dst: &str| {
+        Flow {
+            server: dst.parse().unwrap(),
+            ..Flow::v4()
+        }
+        .udp(7, get.as_bytes())
+    };
+    let frames = |a: &[u8], b: &[u8]| -> Vec<Vec<u8>> {
+        (0..2000)
+            .map(|i| if i % 2 == 0 { a.to_vec() } else { b.to_vec() })
+            .collect()
+    };
+    let one = to("198.18.0.1");
+    let mut ns = Vec::new();
+    for other in ["198.18.0.1", "198.18.0.10", "198.18.0.9"] {
+        let (n, tx) = ns_per_frame(&f, &frames(&one, &to(other)), 5);
+        assert_eq!(tx, 2000, "every get a hit");
+        ns.push(n);
+    }
+    println!(
+        "hot hit, one destination: {} ns; two in different slots: {} ns; two in one slot (a \
+         socket lookup each): {} ns; the lookup: {} ns",
+        ns[0],
+        ns[1],
+        ns[2],
+        ns[2] as i128 - ns[0] as i128
+    );
+}
+
 /// What the hit path's primitives cost (bpf/inkcache_prims.bpf.c): a BPF-to-BPF call, the frame
 /// grown at the tail and at the head (alone, and with a request read before and a reply written
 /// after), a tail call; each timed as `prog_ns` times everything here, against the program that

@@ -41,6 +41,41 @@ pub struct Run {
 
 static FX: OnceLock<Mutex<Fx>> = OnceLock::new();
 
+/// A UDP socket bound to `addr`:`port` in this namespace, with SO_REUSEADDR (a memcached of the
+/// host's, or another test process, may have the port too); an IPv6 one takes IPv6 only.
+pub fn udp_bound(addr: &str, port: u16) -> std::os::fd::OwnedFd {
+    use nix::sys::socket::{
+        bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage,
+    };
+    let a = std::net::SocketAddr::new(addr.parse().unwrap(), port);
+    let fam = if a.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd = socket(fam, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap();
+    if a.is_ipv6() {
+        setsockopt(&fd, sockopt::Ipv6V6Only, &true).unwrap();
+    }
+    bind(fd.as_raw_fd(), &SockaddrStorage::from(a))
+        .unwrap_or_else(|e| panic!("binding a UDP socket to {a}: {e}"));
+    fd
+}
+
+/// The server's UDP sockets on packet::PORT, any address of either family, in this namespace
+/// (the test runs' interface, `lo`, is in it): XDP answers only a get some socket would receive
+/// (bpf/host.h server_listens). Bound once, for the process.
+fn server_sockets() {
+    static S: OnceLock<[std::os::fd::OwnedFd; 2]> = OnceLock::new();
+    S.get_or_init(|| {
+        [
+            udp_bound("0.0.0.0", packet::PORT),
+            udp_bound("::", packet::PORT),
+        ]
+    });
+}
+
 /// The fixture, locked and reset (every test starts from an empty cache).
 pub fn fx() -> MutexGuard<'static, Fx> {
     let m = FX.get_or_init(|| Mutex::new(Fx::load(0)));
@@ -84,6 +119,7 @@ impl Fx {
             "198.18.0.0/15".parse().unwrap(),
             "fd00::/8".parse().unwrap(),
         ];
+        server_sockets();
         let st: &'static mut ObjStorage = Box::leak(Box::default());
         let l = load(&opts, &allow, st).expect("loading the programs (run as root)");
         // as attach does: the stream verdict walks every socket put in conn_socks

@@ -1,5 +1,6 @@
 //! UDP gets answered in XDP: the reply bytes and headers, gets and CAS, multi-key gets, mg, and
 //! the requests that must pass to the server untouched.
+use super::fixture::udp_bound;
 use super::packet::{mc_frame, vlan_ids};
 use super::*;
 use inkcache::coop::monotonic_ns;
@@ -554,6 +555,7 @@ fn every_server_port_is_served_and_only_those() {
     let f = fx();
     for port in [1u16, 63, 64, 11212, 65535] {
         f.add_port(port);
+        let _listens = udp_bound("0.0.0.0", port); // the host delivers to it (bpf/host.h)
         let fl = Flow::v4().sport(port);
         let key = format!("p{port}");
         f.fill(&fl, &key, 0, b"v");

@@ -2,7 +2,7 @@
 //! a frame to the interface's MAC and one of its unicast addresses, from a source that is neither
 //! martian nor the host's, with valid checksums. Everything else passes untouched and counts
 //! `not_host`, whatever the allowlist or --max-amplification say.
-use super::fixture::server_iface;
+use super::fixture::{server_iface, udp_bound};
 use super::*;
 
 /// Offsets in an untagged IPv4 frame.
@@ -223,4 +223,36 @@ fn unknown_interface_passes() {
         "an interface the control plane did not describe",
         |_| (),
     );
+}
+
+#[test]
+fn gets_no_socket_would_receive_pass() {
+    let fl = Flow::v4();
+    let f = cached(&fl);
+    // a second cached port, where the server listens on loopback only (as Debian's memcached,
+    // -l 127.0.0.1): the host would not deliver a get from the network to it
+    let port = packet::PORT + 1;
+    let lo = udp_bound("127.0.0.1", port);
+    f.add_port(port);
+    // a new server generation, as a socket's bind makes it: what XDP remembers of earlier
+    // tests' sockets is forgotten
+    let mut g = f.global();
+    g.gen += 1;
+    f.set_global(&g);
+    let to = fl.clone().sport(port);
+    let to6 = Flow::v6().sport(port);
+    passes(&f, &to, "to an address no socket listens on", |_| ());
+    passes(&f, &to6, "IPv6, to a port only an IPv4 socket has", |_| ());
+    // listening on every IPv4 address: answered, and IPv6 still not
+    let any = udp_bound("0.0.0.0", port);
+    assert_eq!(get_edited(&f, &to, |_| ()), XDP_TX, "a socket receives it");
+    passes(&f, &to6, "IPv6, to an IPv4 socket's port", |_| ());
+    // the socket released (the release hook bumps the server generation, unattached here):
+    // the destination remembered is forgotten
+    drop(any);
+    let mut g = f.global();
+    g.gen += 1;
+    f.set_global(&g);
+    passes(&f, &to, "its socket released", |_| ());
+    drop(lo);
 }
