@@ -516,8 +516,9 @@ impl Store {
 
     /// Reclaims up to `max` expired or flushed items at the LRU tail (counted `reclaimed`,
     /// and `expired_unfetched` if never fetched); a live one stops it. Returns how many. Before
-    /// each store with `max` 5, it is what memcached's `do_item_alloc_pull` does before it
-    /// allocates (with a flat LRU, `lru_pull_tail`).
+    /// each store, and each incr/decr whose result needs a new item, with `max` 5, it is what
+    /// memcached's `do_item_alloc_pull` does before it allocates (with a flat LRU,
+    /// `lru_pull_tail`).
     fn pull_tail(&self, sh: &mut Shard, now: u32, max: usize) -> usize {
         for n in 0..max {
             let t = sh.tails[RAM];
@@ -801,6 +802,9 @@ impl Store {
                 newcas,
                 &[digits.as_bytes()],
             );
+            // a new item, allocated as memcached's do_add_delta does: the LRU tail is pulled
+            // first, as for a store (the key's own item is live: the pull stops there at most)
+            self.pull_tail(&mut sh, now, 5);
             self.insert(&mut sh, h, Some(idx), item);
         }
         DeltaResult::Ok(new, newcas)
@@ -837,6 +841,7 @@ impl Store {
                 let newcas = self.new_cas();
                 let key = key_of(sh.slots[idx as usize].item.as_deref().unwrap()).to_vec();
                 let item = make_item(&key, flags, exp, time, newcas, &[&digits]);
+                self.pull_tail(sh, self.now(), 5); // a new item: as in RAM when it grows
                 self.insert(sh, h, Some(idx), item);
                 DeltaResult::Ok(new, newcas)
             }

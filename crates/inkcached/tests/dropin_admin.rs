@@ -382,6 +382,34 @@ fn a_store_reclaims_dead_items_at_the_lru_tail_as_memcached() {
 }
 
 #[test]
+fn an_incr_that_needs_a_new_item_reclaims_dead_items_at_the_lru_tail_as_memcached() {
+    // memcached's incr allocates a new item when the number grows past the old value's room
+    // (do_add_delta), and pulls the LRU tail first as a store does; inkcached did so for
+    // stores only. "gone" expires while it is the oldest item, then "9" becomes "10".
+    let Some((mc, ink)) = pair(FLAT) else {
+        return;
+    };
+    let names = ["reclaimed", "expired_unfetched", "curr_items"];
+    for port in [mc.port, ink.port] {
+        text(port, b"set gone 0 2 1\r\nx\r\nset n 0 0 1\r\n9\r\n");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let mut seen = Vec::new();
+    for port in [mc.port, ink.port] {
+        let before = stat_lines(port, &names);
+        assert_eq!(text(port, b"incr n 1\r\n"), b"10\r\n");
+        seen.push((before, stat_lines(port, &names)));
+    }
+    assert!(
+        seen[0].1.contains(&"STAT reclaimed 1".to_string())
+            && seen[0].0.contains(&"STAT reclaimed 0".to_string()),
+        "memcached: {:?}",
+        seen[0]
+    );
+    assert_eq!(seen[1], seen[0]);
+}
+
+#[test]
 fn stats_shapes_match_memcached() {
     // The general and settings groups: inkcached's names are memcached's, in memcached's order
     // (memcached has more of them, about its own threads and allocator).
