@@ -187,6 +187,7 @@ impl Fx {
                 .unwrap();
         }
         self.set_room(&xdp_room::default());
+        self.forget_sockets();
         let mut g = self.global();
         g = ink_global {
             realtime_off_ns: g.realtime_off_ns,
@@ -233,6 +234,32 @@ impl Fx {
             .unwrap()
             .unwrap();
         abi::from_bytes(&v).unwrap()
+    }
+
+    /// Makes XDP forget the server's sockets it found (scratch.sl, every CPU's): each test
+    /// starts knowing none, whatever sockets earlier tests bound (bpf/host.h server_listens).
+    fn forget_sockets(&self) {
+        use inkcache::skel::xdp::types::scratch;
+        let m = &self.l.xdp.maps.scratch;
+        let at = std::mem::offset_of!(scratch, sl);
+        let len = std::mem::size_of_val(&scratch::default().sl);
+        let mut v = m
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .unwrap();
+        for cpu in &mut v {
+            cpu[at..at + len].fill(0);
+        }
+        m.update_percpu(&0u32.to_ne_bytes(), &v, MapFlags::ANY)
+            .unwrap();
+    }
+
+    /// What the socket hooks do when a socket binds or releases a cached port (they are not
+    /// attached here): a new server generation, so XDP's sockets found before are void.
+    pub fn sockets_changed(&self) {
+        let mut g = self.global();
+        g.gen += 1;
+        self.set_global(&g);
     }
 
     pub fn set_global(&self, g: &ink_global) {

@@ -234,11 +234,6 @@ fn gets_no_socket_would_receive_pass() {
     let port = packet::PORT + 1;
     let lo = udp_bound("127.0.0.1", port);
     f.add_port(port);
-    // a new server generation, as a socket's bind makes it: what XDP remembers of earlier
-    // tests' sockets is forgotten
-    let mut g = f.global();
-    g.gen += 1;
-    f.set_global(&g);
     let to = fl.clone().sport(port);
     let to6 = Flow::v6().sport(port);
     passes(&f, &to, "to an address no socket listens on", |_| ());
@@ -247,12 +242,9 @@ fn gets_no_socket_would_receive_pass() {
     let any = udp_bound("0.0.0.0", port);
     assert_eq!(get_edited(&f, &to, |_| ()), XDP_TX, "a socket receives it");
     passes(&f, &to6, "IPv6, to an IPv4 socket's port", |_| ());
-    // the socket released (the release hook bumps the server generation, unattached here):
-    // the destination remembered is forgotten
+    // the socket released: the destination remembered is forgotten
     drop(any);
-    let mut g = f.global();
-    g.gen += 1;
-    f.set_global(&g);
+    f.sockets_changed();
     passes(&f, &to, "its socket released", |_| ());
     drop(lo);
 }
