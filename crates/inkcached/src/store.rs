@@ -769,7 +769,7 @@ impl Store {
             }
         }
         if it.on_flash() {
-            return self.delta_flash(&mut sh, h, idx, incr, delta);
+            return self.delta_flash(&mut sh, h, idx, incr, delta, now);
         }
         let Some(cur) = parse_counter(it.value()) else {
             return DeltaResult::NonNumeric;
@@ -812,7 +812,15 @@ impl Store {
 
     /// incr/decr of an item whose value is on flash: the same result as in RAM (a shorter
     /// number padded with spaces to the old length), as a new item in RAM.
-    fn delta_flash(&self, sh: &mut Shard, h: u64, idx: u32, incr: bool, delta: u64) -> DeltaResult {
+    fn delta_flash(
+        &self,
+        sh: &mut Shard,
+        h: u64,
+        idx: u32,
+        incr: bool,
+        delta: u64,
+        now: u32,
+    ) -> DeltaResult {
         let r = self.view(sh, h, idx, false, |it| {
             let v = it.value();
             if io::pending_needs() {
@@ -841,7 +849,7 @@ impl Store {
                 let newcas = self.new_cas();
                 let key = key_of(sh.slots[idx as usize].item.as_deref().unwrap()).to_vec();
                 let item = make_item(&key, flags, exp, time, newcas, &[&digits]);
-                self.pull_tail(sh, self.now(), 5); // a new item: as in RAM when it grows
+                self.pull_tail(sh, now, 5); // a new item: as in RAM when it grows
                 self.insert(sh, h, Some(idx), item);
                 DeltaResult::Ok(new, newcas)
             }
