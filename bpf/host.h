@@ -2,9 +2,11 @@
 /* Would this host's stack deliver the request to the server at all? The kernel answers only what
  * the host itself would have answered: a frame to this interface's MAC, to one of its unicast
  * addresses (not a broadcast, multicast or foreign address a routing host would forward), from a
- * source that is neither martian nor ours, with valid IPv4 header and UDP checksums. What the
- * interface is (MAC, addresses) is written by the control plane at attach (struct ink_iface, by
- * ifindex, in `ifaces`). Everything else passes untouched: the stack decides. */
+ * source that is neither martian nor ours, with valid IPv4 header and UDP checksums; a frame with
+ * VLAN tags as the VLAN device the stack takes it to, and not at all where the host has none. What
+ * the interface and its VLAN devices are (MAC, addresses) is written by the control plane at
+ * attach (struct ink_iface, by ifindex, in `ifaces`; the devices by their tags in `vlans`).
+ * Everything else passes untouched: the stack decides. */
 #ifndef INKCACHE_HOST_H
 #define INKCACHE_HOST_H
 
@@ -21,6 +23,63 @@ struct {
 	__type(value, struct ink_iface);
 	__uint(max_entries, IFACE_SLOTS);
 } ifaces SEC(".maps");
+
+/* The VLAN devices on attached interfaces (written at attach, like `ifaces`): by the tags that
+ * lead to them, their ifindex. Each is described in `ifaces` as an interface of its own. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct ink_vlan_key);
+	__type(value, __u32);
+	__uint(max_entries, VLAN_DEVS);
+} vlans SEC(".maps");
+
+/* The ifindex of the interface the host's stack delivers a tagged frame on, or 0 if it drops the
+ * frame. Tag by tag, outermost first, as the stack takes them: to the VLAN device for the tag on
+ * the interface reached so far; with no such device, a tag of VLAN id 0 (priority only) is
+ * ignored and any other drops the frame (marked for another host). Only frames with tags come
+ * here: l3_off is 18 or 22. A function of its own, verified once: inlined, the walk after it
+ * multiplied past the verifier's budget. */
+__noinline int vlan_device(struct xdp_md *ctx, __u32 l3_off)
+{
+	void *data, *data_end;
+	struct ink_vlan_key k = {};
+	struct { __be16 tpid, tci; } *t; /* after the MACs: a tag, its TPID first */
+	__u32 *dev, n = 0, tag; /* n: a device reached */
+	int ifindex;
+
+	if (!ctx)
+		return 0;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	t = data + 12;
+	ifindex = ctx->ingress_ifindex;
+	k.ifindex = ifindex;
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		if (sizeof(struct ethhdr) + 4 * i >= l3_off)
+			break;
+		if ((void *)(t + i + 1) > data_end)
+			return 0;
+		tag = (__u32)bpf_ntohs(t[i].tpid) << 16 | (bpf_ntohs(t[i].tci) & 0xfff);
+		if (n) /* the tag leads on from the device reached */
+			k.tag[1] = tag;
+		else
+			k.tag[0] = tag;
+		dev = bpf_map_lookup_elem(&vlans, &k);
+		if (dev) {
+			ifindex = *dev;
+			n = 1;
+			continue;
+		}
+		if (tag & 0xfff)
+			return 0;
+		if (n) /* a priority tag, ignored */
+			k.tag[1] = 0;
+		else
+			k.tag[0] = 0;
+	}
+	return ifindex;
+}
 
 static __always_inline int addr_eq(const __u8 *a, const __u8 *b)
 {
@@ -191,11 +250,18 @@ static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, 
 					 __u32 fsum)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
-	__u32 ifindex = ctx->ingress_ifindex, slot = ifindex % IFACE_SLOTS;
-	struct ink_iface *ifc = bpf_map_lookup_elem(&ifaces, &slot);
+	__u32 ifindex = ctx->ingress_ifindex, slot;
+	struct ink_iface *ifc;
 	struct ink_global *g;
 	__u8 *dmac = data;
 
+	if (p->l3_off != sizeof(struct ethhdr)) { /* tagged: as its VLAN device, if any, has it */
+		ifindex = vlan_device(ctx, p->l3_off);
+		if (!ifindex)
+			goto no;
+	}
+	slot = ifindex % IFACE_SLOTS;
+	ifc = bpf_map_lookup_elem(&ifaces, &slot);
 	if (!ifc || ifc->ifindex != ifindex || (void *)(dmac + 6) > data_end)
 		goto no;
 	if (*(__u32 *)dmac != *(__u32 *)ifc->mac || *(__u16 *)(dmac + 4) != *(__u16 *)(ifc->mac + 4))

@@ -251,6 +251,8 @@ struct ink_req_key {
 			     * together must differ there: attach refuses otherwise) */
 #define IFACE_ADDRS  16     /* addresses listed per interface and family (at most 16: a bit each in
 			     * v4_local, v6_local); more are not answered */
+#define VLAN_DEVS    256    /* `vlans` entries: VLAN devices on attached interfaces (more are not
+			     * answered on) */
 #define IFACE_CSUM_PARTIAL 1 /* virtual interface: local senders' UDP checksums may be partial */
 #define IFACE_LOOPBACK 2    /* loopback: every source is the host itself, every host address local */
 
@@ -271,6 +273,15 @@ struct ink_iface {
 	__u8 v6[IFACE_ADDRS][16];
 };
 _Static_assert(IFACE_ADDRS <= 16, "a bit per address in v4_local and v6_local");
+
+/* A VLAN device on an attached interface (the `vlans` map's key): the interface's ifindex and the
+ * tags that lead to the device, outermost first, each its TPID (0x8100 for 802.1Q, 0x88a8 for
+ * 802.1ad) in the high half and its VLAN id in the low half (0x8100002a: 802.1Q, id 42); 0 where
+ * there is no further tag (a device on the interface itself has tag[1] 0). */
+struct ink_vlan_key {
+	__u32 ifindex;
+	__u32 tag[2];
+};
 
 #define HINT_SHARED 0xff      /* klen of an entry two keys hash to */
 #define KEY_ROOM    256       /* KEY_MAX rounded up to 8-byte words */

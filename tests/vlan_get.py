@@ -5,7 +5,8 @@ usage: vlan_get.py IFACE DST_MAC SRC_IP DST_IP KEY TAG[,TAG]
 Prints one JSON object: {"payload": <UDP payload as latin-1>, "vlan_tags": [outer.., inner],
 "udp_csum_ok": <the reply's UDP checksum verifies>}. The request carries no UDP checksum, so the
 reply must carry a complete one.
-The kernel cache must answer it: the server's stack has no VLAN device and would drop the frame.
+"payload" is null if nothing answered within a second (the host drops a frame tagged with a VLAN id
+it has no device for).
 """
 import json, socket, struct, sys, time
 

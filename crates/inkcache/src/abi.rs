@@ -52,6 +52,8 @@ unsafe impl Pod for crate::skel::xdp::types::ink_conn {}
 // SAFETY: as above.
 unsafe impl Pod for crate::skel::xdp::types::ink_iface {}
 // SAFETY: as above.
+unsafe impl Pod for crate::skel::xdp::types::ink_vlan_key {}
+// SAFETY: as above.
 unsafe impl Pod for crate::skel::xdp::types::xdp_room {}
 
 /// The bytes of a map value.

@@ -45,6 +45,7 @@ int main(void)
 	CONST(PART_MAX, "Bytes of a line cut by a segment end that are carried over.");
 	CONST(IFACE_SLOTS, "Slots of the `ifaces` map (by ifindex modulo this).");
 	CONST(IFACE_ADDRS, "Addresses listed per interface and family.");
+	CONST(VLAN_DEVS, "Entries of the `vlans` map (VLAN devices on attached interfaces).");
 	CONST(IFACE_CSUM_PARTIAL, "struct ink_iface flags: UDP checksums may be left partial.");
 	CONST(IFACE_LOOPBACK, "struct ink_iface flags: the loopback interface.");
 	CONST(CONN_OUT_OK, "struct ink_conn flags: the server's byte numbering is known.");

@@ -574,6 +574,29 @@ fn attach_one(
     let ro = xskel.maps.rodata_data.context("XDP object has no rodata")?;
     // what the interface is (MAC, addresses), for "would the host deliver this?" (bpf/host.h)
     crate::host::publish(&xskel.maps.ifaces, t.ifindex, &t.iface)?;
+    // and its VLAN devices: a tagged frame is the host's only through one of them
+    let vlans = match crate::host::list_vlans(&t.iface) {
+        Ok(devs) => {
+            let (done, left) = crate::host::publish_vlans(
+                &xskel.maps.ifaces,
+                &xskel.maps.vlans,
+                t.ifindex,
+                &t.iface,
+                &devs,
+            )?;
+            for l in left {
+                eprintln!("inkcache: VLAN device {l}");
+            }
+            done.iter().map(|d| d.to_string()).collect()
+        }
+        Err(e) => {
+            eprintln!(
+                "inkcache: {}: VLAN devices not listed, tagged requests pass to the server: {e:#}",
+                t.iface
+            );
+            Vec::new()
+        }
+    };
     // TC ingress first: it only answers what XDP hands over, so it must be there when XDP starts.
     let ingress = tc::attach(iprog.as_fd(), t.ifindex, &t.iface, Dir::Ingress, tc_mode)?;
     let shared = plan.is_some();
@@ -631,6 +654,7 @@ fn attach_one(
             None
         },
         group: group.to_vec(),
+        vlans,
     };
     let pin = || -> Result<()> {
         std::fs::create_dir_all(&t.dir).with_context(|| format!("creating {}", t.dir.display()))?;

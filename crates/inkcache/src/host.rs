@@ -1,14 +1,15 @@
 //! What an interface is, for the kernel's "would the host deliver this?" check (bpf/host.h): its
 //! MAC, its unicast addresses (requests to them are answered), the host's other addresses and the
 //! broadcasts (never a source), and whether it is virtual (local senders leave UDP checksums
-//! partial there). Read at attach; written to the `ifaces` map by ifindex.
+//! partial there). Read at attach; written to the `ifaces` map by ifindex, with the VLAN devices
+//! on the interface (the `vlans` map: which tags lead to which).
 use std::net::IpAddr;
 
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::abi::{self, IFACE_ADDRS, IFACE_CSUM_PARTIAL, IFACE_LOOPBACK, IFACE_SLOTS};
-use crate::skel::xdp::types::ink_iface;
+use crate::skel::xdp::types::{ink_iface, ink_vlan_key};
 
 /// Adds `a` to its family's list in `e`: one of the interface's unicast addresses (`local`:
 /// requests to it are answered) or another of the host's (never a source). False if that list
@@ -102,6 +103,148 @@ pub fn slot(ifindex: u32) -> u32 {
     ifindex % IFACE_SLOTS as u32
 }
 
+/// A VLAN device on an attached interface: the stack takes frames with `tags` (outermost first,
+/// each TPID << 16 | VLAN id, 0 for none: struct ink_vlan_key) to it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VlanDev {
+    pub name: String,
+    pub ifindex: u32,
+    pub tags: [u32; 2],
+}
+
+impl std::fmt::Display for VlanDev {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tag = |t: u32| {
+            let proto = if t >> 16 == 0x88a8 {
+                "802.1ad"
+            } else {
+                "802.1Q"
+            };
+            format!("{proto} {}", t & 0xfff)
+        };
+        match self.tags {
+            [o, 0] => write!(f, "{} ({})", self.name, tag(o)),
+            [o, i] => write!(f, "{} ({}, {})", self.name, tag(o), tag(i)),
+        }
+    }
+}
+
+/// The VLAN devices that are up on `iface`, and on those, from `ip -details -json link show`'s
+/// output (the stack takes a frame to a device only while it is up; XDP reads two tags at most).
+pub fn vlan_devices(ip_json: &[u8], iface: &str) -> Result<Vec<VlanDev>> {
+    let links: Vec<serde_json::Value> =
+        serde_json::from_slice(ip_json).context("reading `ip -details -json link show`")?;
+    let vlan = |l: &serde_json::Value| -> Option<(String, u32, String, u32)> {
+        let info = l.get("linkinfo")?;
+        if info.get("info_kind")?.as_str()? != "vlan" {
+            return None;
+        }
+        let d = info.get("info_data")?;
+        let tpid = match d.get("protocol")?.as_str()? {
+            "802.1Q" => 0x8100,
+            "802.1ad" => 0x88a8,
+            _ => return None,
+        };
+        let id = u32::try_from(d.get("id")?.as_u64()?).ok()?;
+        let up = l
+            .get("flags")?
+            .as_array()?
+            .iter()
+            .any(|f| f.as_str() == Some("UP"));
+        if !up || l.get("link_netnsid").is_some() {
+            return None; // down, or its lower device in another namespace
+        }
+        Some((
+            l.get("ifname")?.as_str()?.to_string(),
+            u32::try_from(l.get("ifindex")?.as_u64()?).ok()?,
+            l.get("link")?.as_str()?.to_string(),
+            tpid << 16 | (id & 0xfff),
+        ))
+    };
+    let vlans: Vec<_> = links.iter().filter_map(vlan).collect();
+    let mut out = Vec::new();
+    for (name, ifindex, lower, tag) in &vlans {
+        if lower != iface {
+            continue;
+        }
+        out.push(VlanDev {
+            name: name.clone(),
+            ifindex: *ifindex,
+            tags: [*tag, 0],
+        });
+        for (n2, i2, l2, t2) in &vlans {
+            if l2 == name {
+                out.push(VlanDev {
+                    name: n2.clone(),
+                    ifindex: *i2,
+                    tags: [*tag, *t2],
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The VLAN devices on `iface` (vlan_devices), as `ip` lists them in this network namespace.
+pub fn list_vlans(iface: &str) -> Result<Vec<VlanDev>> {
+    let out = std::process::Command::new("ip")
+        .args(["-details", "-json", "link", "show"])
+        .output()
+        .context("running `ip -details -json link show`")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "`ip -details -json link show` failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    vlan_devices(&out.stdout, iface)
+}
+
+/// Describes the VLAN devices on `iface` (ifindex `ifindex`) for XDP: each in `ifaces` as an
+/// interface of its own, and in `vlans` by its tags. A device whose `ifaces` slot another
+/// interface has is left out: its frames pass to the server. Returns those described, and a
+/// sentence for each left out.
+pub fn publish_vlans(
+    ifaces: &dyn MapCore,
+    vlans: &dyn MapCore,
+    ifindex: u32,
+    iface: &str,
+    devs: &[VlanDev],
+) -> Result<(Vec<VlanDev>, Vec<String>)> {
+    let parent_flags = describe(iface)?.flags & IFACE_CSUM_PARTIAL as u8;
+    let (mut done, mut left) = (Vec::new(), Vec::new());
+    for d in devs {
+        let key = slot(d.ifindex).to_ne_bytes();
+        if let Some(old) = ifaces.lookup(&key, MapFlags::ANY)? {
+            let old: ink_iface = abi::from_bytes(&old).context("reading the ifaces map")?;
+            if old.ifindex != 0 && old.ifindex != d.ifindex {
+                left.push(format!(
+                    "{d} on {iface}: its requests pass to the server (it would take slot {} of \
+                     {IFACE_SLOTS}, which ifindex {} has)",
+                    slot(d.ifindex),
+                    old.ifindex
+                ));
+                continue;
+            }
+        }
+        let mut e = describe(&d.name)?;
+        e.ifindex = d.ifindex;
+        // the frames come in on the lower interface: its checksum rule, never loopback's
+        e.flags = parent_flags;
+        ifaces
+            .update(&key, abi::bytes_of(&e), MapFlags::ANY)
+            .with_context(|| format!("recording {}'s addresses", d.name))?;
+        let k = ink_vlan_key {
+            ifindex,
+            tag: d.tags,
+        };
+        vlans
+            .update(abi::bytes_of(&k), &d.ifindex.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("recording VLAN device {}", d.name))?;
+        done.push(d.clone());
+    }
+    Ok((done, left))
+}
+
 /// Writes `iface`'s entry into the `ifaces` map; refuses if another interface of the same
 /// attachment has its slot.
 pub fn publish(map: &dyn MapCore, ifindex: u32, iface: &str) -> Result<()> {
@@ -155,5 +298,56 @@ mod tests {
         assert_eq!(e.v4_local, !0b10, "every one added local but the broadcast");
         assert!(add_addr(&mut e, "fd00::2".parse().unwrap(), true));
         assert_eq!((e.nv6, e.v6_local), (2, 0b10));
+    }
+
+    /// `ip -details -json link show` as iproute2 6.x prints it (trimmed to the fields read):
+    /// eth0 with an 802.1Q device, an 802.1ad one with an 802.1Q device on it, and a device that
+    /// is down; eth1 with one of its own; a device whose lower one is in another namespace.
+    const IP_LINKS: &str = r#"[
+      {"ifindex":2,"ifname":"eth0","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"]},
+      {"ifindex":3,"ifname":"eth1","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"]},
+      {"ifindex":4,"link":"eth0","ifname":"eth0.42","flags":["BROADCAST","MULTICAST","UP"],
+       "linkinfo":{"info_kind":"vlan","info_data":{"protocol":"802.1Q","id":42,"flags":["REORDER_HDR"]}}},
+      {"ifindex":5,"link":"eth0","ifname":"s100","flags":["BROADCAST","MULTICAST","UP"],
+       "linkinfo":{"info_kind":"vlan","info_data":{"protocol":"802.1ad","id":100}}},
+      {"ifindex":6,"link":"s100","ifname":"s100.7","flags":["BROADCAST","MULTICAST","UP"],
+       "linkinfo":{"info_kind":"vlan","info_data":{"protocol":"802.1Q","id":7}}},
+      {"ifindex":7,"link":"eth0","ifname":"eth0.9","flags":["BROADCAST","MULTICAST"],
+       "linkinfo":{"info_kind":"vlan","info_data":{"protocol":"802.1Q","id":9}}},
+      {"ifindex":8,"link":"eth1","ifname":"eth1.42","flags":["UP"],
+       "linkinfo":{"info_kind":"vlan","info_data":{"protocol":"802.1Q","id":42}}},
+      {"ifindex":9,"link":"eth0","link_netnsid":0,"ifname":"far","flags":["UP"],
+       "linkinfo":{"info_kind":"vlan","info_data":{"protocol":"802.1Q","id":5}}},
+      {"ifindex":10,"link":"eth0","ifname":"mv","flags":["UP"],
+       "linkinfo":{"info_kind":"macvlan","info_data":{"mode":"bridge"}}}
+    ]"#;
+
+    #[test]
+    fn vlan_devices_are_found_by_their_tags() {
+        let dev = |name: &str, ifindex, tags| VlanDev {
+            name: name.into(),
+            ifindex,
+            tags,
+        };
+        assert_eq!(
+            vlan_devices(IP_LINKS.as_bytes(), "eth0").unwrap(),
+            vec![
+                dev("eth0.42", 4, [0x8100_002a, 0]),
+                dev("s100", 5, [0x88a8_0064, 0]),
+                dev("s100.7", 6, [0x88a8_0064, 0x8100_0007]),
+            ]
+        );
+        assert_eq!(
+            vlan_devices(IP_LINKS.as_bytes(), "eth1").unwrap(),
+            vec![dev("eth1.42", 8, [0x8100_002a, 0])]
+        );
+        assert!(vlan_devices(IP_LINKS.as_bytes(), "s100.7")
+            .unwrap()
+            .is_empty());
+        assert!(vlan_devices(b"not json", "eth0").is_err());
+        assert_eq!(
+            dev("s100.7", 6, [0x88a8_0064, 0x8100_0007]).to_string(),
+            "s100.7 (802.1ad 100, 802.1Q 7)"
+        );
     }
 }

@@ -148,13 +148,18 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Attach(opts) => {
             for info in inkcache::attach(&opts)? {
                 println!(
-                    "attached to {} ({} XDP), ports {:?}, cache {} ways + {} KiB log, allow {}",
+                    "attached to {} ({} XDP), ports {:?}, cache {} ways + {} KiB log, allow {}{}",
                     info.iface,
                     info.xdp_mode,
                     info.ports,
                     info.layout.ways(),
                     info.layout.log_bytes() / 1024,
-                    info.allow.join(",")
+                    info.allow.join(","),
+                    if info.vlans.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", VLAN devices {}", info.vlans.join(", "))
+                    }
                 );
             }
         }

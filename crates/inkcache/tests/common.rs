@@ -388,9 +388,8 @@ pub fn assert_fresh(rig: &Rig, key: &str, what: &str) {
 }
 
 /// Sends a get of `key` carried in the VLAN tags `tags` ("42", or "100,42" for 802.1ad outside
-/// 802.1Q) as a raw frame from the client side (tests/vlan_get.py: the server's stack has no VLAN
-/// device, so only the kernel can answer) and returns what the script saw of the reply: JSON with
-/// `payload`, `udp_csum_ok` and `vlan_tags`.
+/// 802.1Q) as a raw frame from the client side (tests/vlan_get.py) and returns what the script saw
+/// of the reply: JSON with `payload` (null if none came), `udp_csum_ok` and `vlan_tags`.
 pub fn vlan_get(rig: &Rig, key: &str, tags: &str) -> serde_json::Value {
     let mac = testkit::sh(
         rig.pair

@@ -402,15 +402,28 @@ fn ipv6_gets_hit() {
     );
 }
 
-/// Requests carried in one 802.1Q tag or two (802.1ad outer) are parsed and answered by the
-/// kernel; the reply keeps the tag. (Frames are crafted on a raw socket: the server's stack has no
-/// VLAN device, so only the kernel cache can answer them.)
+/// Tagged requests are answered as the host would deliver them. The server's stack has no VLAN
+/// device (this kernel may have no VLAN support at all), so it drops frames tagged with a VLAN id
+/// and takes those with priority tags only (VLAN id 0) as its interface's own: the kernel cache
+/// does the same, and its reply keeps the tags. (Frames are crafted on a raw socket.)
 #[test]
-fn vlan_tagged_gets_hit() {
+fn tagged_gets_are_answered_only_where_the_host_takes_them() {
     let rig = Rig::attached(&[]).unwrap();
     set(&rig, "tagged", 1, b"in a vlan");
     rig.udp_get(1, b"get tagged\r\n").unwrap(); // fill over plain IPv4
-    for tags in ["42", "100,42"] {
+    for tags in ["42", "100,42", "0,42"] {
+        let (hits, not_host) = (rig.stat("hits"), rig.stat("not_host"));
+        let v = vlan_get(&rig, "tagged", tags);
+        assert!(v["payload"].is_null(), "tags {tags}: answered: {v}");
+        assert_eq!(rig.stat("hits"), hits, "tags {tags}: {}", rig.stats());
+        assert_eq!(
+            rig.stat("not_host"),
+            not_host + 1,
+            "tags {tags}: {}",
+            rig.stats()
+        );
+    }
+    for tags in ["0", "0,0"] {
         let hits = rig.stat("hits");
         let v = vlan_get(&rig, "tagged", tags);
         // request id 0x7777 echoed, sequence 0, one datagram

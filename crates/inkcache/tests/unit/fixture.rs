@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use inkcache::{
     abi,
     attach::{load, Loaded, ObjStorage},
-    skel::xdp::types::{ink_global, ink_iface, xdp_room},
+    skel::xdp::types::{ink_global, ink_iface, ink_vlan_key, xdp_room},
     AttachOpts, Stats,
 };
 use std::os::fd::{AsFd, AsRawFd};
@@ -168,6 +168,7 @@ impl Fx {
             &m.conns,
             &m.ttl_hints,
             &m.conn_socks,
+            &m.vlans,
         ] {
             clear_hash(map);
         }
@@ -178,6 +179,12 @@ impl Fx {
                 MapFlags::ANY,
             )
             .unwrap();
+        let none = ink_iface::default();
+        for i in 0..abi::IFACE_SLOTS as u32 {
+            m.ifaces
+                .update(&i.to_ne_bytes(), abi::bytes_of(&none), MapFlags::ANY)
+                .unwrap();
+        }
         self.set_iface(&server_iface(0));
         let cpus = libbpf_rs::num_possible_cpus().unwrap();
         let zero = vec![vec![0u8; 8]; cpus];
@@ -279,6 +286,27 @@ impl Fx {
             .maps
             .ifaces
             .update(&1u32.to_ne_bytes(), abi::bytes_of(e), MapFlags::ANY)
+            .unwrap();
+    }
+
+    /// Describes a VLAN device on the test runs' interface (ifindex 1), reached by `tags`
+    /// (outermost first, each TPID << 16 | VLAN id), as the control plane would: `e` is the
+    /// device, its `ifindex` its own.
+    pub fn set_vlan(&self, tags: [u32; 2], e: &ink_iface) {
+        let m = &self.l.xdp.maps;
+        let k = ink_vlan_key {
+            ifindex: 1,
+            tag: tags,
+        };
+        m.vlans
+            .update(abi::bytes_of(&k), &e.ifindex.to_ne_bytes(), MapFlags::ANY)
+            .unwrap();
+        m.ifaces
+            .update(
+                &inkcache::host::slot(e.ifindex).to_ne_bytes(),
+                abi::bytes_of(e),
+                MapFlags::ANY,
+            )
             .unwrap();
     }
 

@@ -1,7 +1,7 @@
 //! UDP gets answered in XDP: the reply bytes and headers, gets and CAS, multi-key gets, mg, and
 //! the requests that must pass to the server untouched.
 use super::fixture::udp_bound;
-use super::packet::{mc_frame, vlan_ids};
+use super::packet::mc_frame;
 use super::*;
 use inkcache::coop::monotonic_ns;
 use inkcache::skel::xdp::types::xdp_room;
@@ -24,23 +24,6 @@ fn ipv6_hit() {
     let fl = Flow::v6();
     f.fill(&fl, "six", 0, b"v6 value");
     f.assert_hit(&fl, "six", 0, b"v6 value");
-}
-
-#[test]
-fn vlan_tags_stay_on_the_reply() {
-    let f = fx();
-    f.fill(&Flow::v4(), "tagged", 1, b"in a vlan");
-    for tags in [&[42u16][..], &[100, 42]] {
-        let fl = Flow::v4().vlans(tags);
-        let id = next_id();
-        let r = f.xdp(&fl.udp(id, b"get tagged\r\n"));
-        assert_eq!(r.action, XDP_TX, "tags {tags:?}");
-        assert_eq!(vlan_ids(&r.data), tags);
-        assert_eq!(
-            reply_payload(&fl, id, &r.data),
-            value_reply("tagged", 1, b"in a vlan")
-        );
-    }
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! martian nor the host's, with valid checksums. Everything else passes untouched and counts
 //! `not_host`, whatever the allowlist or --max-amplification say.
 use super::fixture::{server_iface, udp_bound};
+use super::packet::vlan_ids;
 use super::*;
+use inkcache::skel::xdp::types::ink_iface;
 
 /// Offsets in an untagged IPv4 frame.
 const IP4: usize = 14;
@@ -204,6 +206,110 @@ fn loopback_answers_the_host_itself() {
         "not the host's address"
     );
     assert_eq!(f.stats().not_host, before + 1);
+}
+
+/// 802.1Q and 802.1ad tags as `vlans` keys them: TPID << 16 | VLAN id.
+const Q: u32 = 0x8100 << 16;
+const AD: u32 = 0x88a8 << 16;
+
+/// A VLAN device with the server's MAC and addresses (server_iface), ifindex `ifindex`.
+fn vlan_dev(ifindex: u32) -> ink_iface {
+    ink_iface {
+        ifindex,
+        ..server_iface(0)
+    }
+}
+
+/// A tagged frame is the host's only through a VLAN device for its tags (this kernel may have no
+/// VLAN support at all): with none, the stack marks it for another host and drops it, except a tag
+/// of VLAN id 0 (priority only), which it ignores. So do the host checks, tag by tag, TPID
+/// included (Flow's single tag is 802.1Q, its outer one of two 802.1ad).
+#[test]
+fn tagged_gets_pass_unless_a_vlan_device_takes_them() {
+    let f = cached(&Flow::v4());
+    let tagged = |tags: &[u16]| Flow::v4().vlans(tags);
+    let answered = |f: &Fx, tags: &[u16]| {
+        assert_eq!(
+            get_edited(f, &tagged(tags), |_| ()),
+            XDP_TX,
+            "tags {tags:?}: not answered"
+        );
+    };
+    for tags in [&[42u16][..], &[100, 42], &[0, 42], &[42, 0]] {
+        passes(
+            &f,
+            &tagged(tags),
+            &format!("no device, tags {tags:?}"),
+            |_| (),
+        );
+    }
+    for tags in [&[0u16][..], &[0, 0]] {
+        answered(&f, tags); // priority tags: the interface's own
+    }
+    f.set_vlan([Q | 42, 0], &vlan_dev(100));
+    answered(&f, &[42]);
+    answered(&f, &[0, 42]); // the priority tag ignored, then the device's
+    passes(&f, &tagged(&[100, 42]), "no device for 802.1ad 100", |_| ());
+    passes(&f, &tagged(&[42, 0]), "802.1ad 42 is not 802.1Q 42", |_| ());
+    f.set_vlan([AD | 100, 0], &vlan_dev(101));
+    passes(&f, &tagged(&[100, 42]), "no device for 42 on 100", |_| ());
+    answered(&f, &[100, 0]); // 100's own, the inner tag a priority tag
+    f.set_vlan([AD | 100, Q | 42], &vlan_dev(102));
+    answered(&f, &[100, 42]);
+}
+
+/// A VLAN device is checked as the interface it is: its own MAC and addresses, not those of the
+/// interface it is on.
+#[test]
+fn a_vlan_device_is_checked_as_itself() {
+    let f = cached(&Flow::v4());
+    let fl = Flow::v4().vlans(&[42]);
+    let mut other = vlan_dev(100);
+    other.mac[5] ^= 1;
+    f.set_vlan([Q | 42, 0], &other);
+    passes(&f, &fl, "to the interface's MAC, not the device's", |_| ());
+    let mut dev = ink_iface {
+        ifindex: 100,
+        mac: packet::SERVER_MAC,
+        ..Default::default()
+    };
+    assert!(inkcache::host::add_addr(
+        &mut dev,
+        "198.18.42.1".parse().unwrap(),
+        true
+    ));
+    f.set_vlan([Q | 42, 0], &dev);
+    passes(&f, &fl, "to an address the device does not have", |_| ());
+    let to_dev = Flow {
+        server: "198.18.42.1".parse().unwrap(),
+        ..fl
+    };
+    assert_eq!(
+        get_edited(&f, &to_dev, |_| ()),
+        XDP_TX,
+        "to the device's address"
+    );
+}
+
+/// A tagged get the host would take is answered with its tags kept.
+#[test]
+fn vlan_tags_stay_on_the_reply() {
+    let f = fx();
+    f.fill(&Flow::v4(), "tagged", 1, b"in a vlan");
+    f.set_vlan([Q | 42, 0], &vlan_dev(100));
+    f.set_vlan([AD | 100, 0], &vlan_dev(101));
+    f.set_vlan([AD | 100, Q | 42], &vlan_dev(102));
+    for tags in [&[42u16][..], &[100, 42], &[0]] {
+        let fl = Flow::v4().vlans(tags);
+        let id = next_id();
+        let r = f.xdp(&fl.udp(id, b"get tagged\r\n"));
+        assert_eq!(r.action, XDP_TX, "tags {tags:?}");
+        assert_eq!(vlan_ids(&r.data), tags);
+        assert_eq!(
+            reply_payload(&fl, id, &r.data),
+            value_reply("tagged", 1, b"in a vlan")
+        );
+    }
 }
 
 #[test]
