@@ -31,7 +31,8 @@ struct pkt {
 	__u32 payload_len;  /* from the IP/UDP lengths, not the frame (which may be padded) */
 	__u8 ipv6;
 	__u8 proto;         /* IPPROTO_UDP or IPPROTO_TCP */
-	__u8 ip_opts;       /* IPv4 header longer than 20 bytes */
+	__u8 ip_opts;       /* IPv4 options or IPv6 extension headers: never answered (what the
+			     * stack does with them is the host's to decide) */
 	__u16 sport;        /* network order */
 	__u16 dport;        /* network order */
 	__u16 l4_check;     /* the UDP checksum field as it lies in the packet (XDP only) */
@@ -123,6 +124,10 @@ static __always_inline int parse_l3(void *data, void *data_end, __u32 frame_len,
 		}
 		if (p->proto == 0 || p->proto == 43 || p->proto == 60 || p->proto == 51)
 			return PARSE_BAD; /* more extension headers than we walk */
+		/* walked to find the transport header, never answered past: the stack may drop
+		 * the packet for them (an option it does not know with a "discard" action, a
+		 * routing header, an authentication header with no security association) */
+		p->ip_opts = off != p->l3_off + sizeof(*ip6);
 		p->l4_off = off;
 		p->payload_len = end - off;
 	} else {

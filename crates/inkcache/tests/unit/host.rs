@@ -312,6 +312,55 @@ fn vlan_tags_stay_on_the_reply() {
     }
 }
 
+/// `hdr`, an IPv6 extension header of type `next`, inserted before the UDP header of an untagged
+/// IPv6 frame (the UDP checksum stays valid: it covers neither).
+fn insert_ext(frame: &mut Vec<u8>, next: u8, hdr: &[u8]) {
+    assert_eq!(frame[IP4 + 6], 17, "an IPv6 header straight before UDP");
+    frame[IP4 + 6] = next;
+    let plen = u16::from_be_bytes([frame[IP4 + 4], frame[IP4 + 5]]) + hdr.len() as u16;
+    frame[IP4 + 4..IP4 + 6].copy_from_slice(&plen.to_be_bytes());
+    frame.splice(UDP6..UDP6, hdr.iter().copied());
+}
+
+/// A get behind IPv6 extension headers passes, as one with IPv4 options does: the stack may drop
+/// the packet for them (an option it does not know whose type says "discard", a routing header,
+/// an authentication header with no security association), and the kernel cache does not know
+/// which. Each header here is walked to the UDP header (the get is parsed) and its next header
+/// is UDP.
+#[test]
+fn gets_behind_ipv6_extension_headers_pass() {
+    let fl = Flow::v6();
+    let f = cached(&fl);
+    for (what, next, hdr) in [
+        (
+            "hop-by-hop, padding only",
+            0u8,
+            &[17u8, 0, 1, 4, 0, 0, 0, 0][..],
+        ),
+        (
+            "hop-by-hop, an unknown option to discard",
+            0,
+            &[17, 0, 0x41, 4, 0, 0, 0, 0],
+        ),
+        ("destination options", 60, &[17, 0, 1, 4, 0, 0, 0, 0]),
+        (
+            "segment routing, no segment left",
+            43,
+            &[17, 0, 4, 0, 0, 0, 0, 0],
+        ),
+        ("authentication", 51, &[17, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]),
+    ] {
+        let (hits, passed) = (f.stats().hits, f.stats().passed);
+        assert_eq!(
+            get_edited(&f, &fl, |fr| insert_ext(fr, next, hdr)),
+            XDP_PASS,
+            "{what}: answered"
+        );
+        assert_eq!(f.stats().hits, hits, "{what}");
+        assert_eq!(f.stats().passed, passed + 1, "{what}: not counted");
+    }
+}
+
 #[test]
 fn unknown_interface_passes() {
     let fl = Flow::v4();
