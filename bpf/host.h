@@ -273,6 +273,8 @@ static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, 
 	} else if (martian_source(p) || !addresses_ok(ifc, p, 1)) {
 		goto no;
 	}
+	if (!p->sport) /* memcached's reply to port 0 fails (sendmsg refuses it): it sends none */
+		goto no;
 	if (!ipv4_sum_ok(data, data_end, p) || !udp_csum_ok(s, p, fsum, ifc->flags))
 		goto no;
 	g = global_state();
