@@ -366,6 +366,53 @@ fn gets_behind_ipv6_extension_headers_pass() {
     }
 }
 
+/// What the control plane writes for the VLAN devices it found (host::publish_vlans, here with
+/// `lo` standing in for the device and the interface): each device in `ifaces` as itself, the
+/// interface's checksum rule and not loopback's, and in `vlans` by its tags; a device whose slot
+/// another interface has is left out, and nothing of it written.
+#[test]
+fn the_control_plane_describes_vlan_devices_by_their_tags() {
+    use inkcache::abi::{self, IFACE_SLOTS};
+    use inkcache::host::VlanDev;
+    use inkcache::skel::xdp::types::ink_vlan_key;
+    use libbpf_rs::{MapCore, MapFlags};
+    let f = fx();
+    let m = &f.l.xdp.maps;
+    let dev = |ifindex, tags| VlanDev {
+        name: "lo".into(),
+        ifindex,
+        tags,
+    };
+    let taken = 1 + IFACE_SLOTS as u32; // ifindex 1's slot: the test runs' interface has it
+    let (done, left) = inkcache::host::publish_vlans(
+        &m.ifaces,
+        &m.vlans,
+        1,
+        "lo",
+        &[dev(300, [Q | 42, 0]), dev(taken, [Q | 43, 0])],
+    )
+    .unwrap();
+    assert_eq!(done, vec![dev(300, [Q | 42, 0])]);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].contains("lo (802.1Q 43)"), "{left:?}");
+    let lookup = |map: &dyn MapCore, k: &[u8]| map.lookup(k, MapFlags::ANY).unwrap();
+    let e: ink_iface =
+        abi::from_bytes(&lookup(&m.ifaces, &inkcache::host::slot(300).to_ne_bytes()).unwrap())
+            .unwrap();
+    let lo = inkcache::host::describe("lo").unwrap();
+    assert_eq!((e.ifindex, e.mac, e.nv4), (300, lo.mac, lo.nv4));
+    assert_eq!(e.flags, lo.flags & inkcache::abi::IFACE_CSUM_PARTIAL as u8);
+    let key = |tag| ink_vlan_key {
+        ifindex: 1,
+        tag: [tag, 0],
+    };
+    let v = lookup(&m.vlans, abi::bytes_of(&key(Q | 42))).expect("the device by its tag");
+    assert_eq!(v, 300u32.to_ne_bytes());
+    assert!(lookup(&m.vlans, abi::bytes_of(&key(Q | 43))).is_none());
+    let e1: ink_iface = abi::from_bytes(&lookup(&m.ifaces, &1u32.to_ne_bytes()).unwrap()).unwrap();
+    assert_eq!(e1.ifindex, 1, "the interface's slot kept");
+}
+
 #[test]
 fn unknown_interface_passes() {
     let fl = Flow::v4();
