@@ -188,6 +188,10 @@ pub fn render(rows: &[StatusRow]) -> String {
             let _ = writeln!(o, "  replies     written in XDP by {}", i.reply_write);
         }
         let _ = writeln!(o, "  ports       {:?}", i.ports);
+        if !i.vlans.is_empty() {
+            // tagged requests through these only: the host drops other VLAN ids
+            let _ = writeln!(o, "  vlans       {}", i.vlans.join(", "));
+        }
         let _ = writeln!(o, "  allow       {}", i.allow.join(", "));
         if i.max_amplification > 0 {
             let _ = writeln!(
