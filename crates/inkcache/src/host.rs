@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::abi::{self, IFACE_ADDRS, IFACE_CSUM_PARTIAL, IFACE_LOOPBACK, IFACE_SLOTS};
+use crate::abi::{self, IFACE_ADDRS, IFACE_CSUM_PARTIAL, IFACE_LOOPBACK, IFACE_SLOTS, VLAN_DEVS};
 use crate::skel::xdp::types::{ink_iface, ink_vlan_key};
 
 /// Adds `a` to its family's list in `e`: one of the interface's unicast addresses (`local`:
@@ -201,7 +201,8 @@ pub fn list_vlans(iface: &str) -> Result<Vec<VlanDev>> {
 
 /// Describes the VLAN devices on `iface` (ifindex `ifindex`) for XDP: each in `ifaces` as an
 /// interface of its own, and in `vlans` by its tags. A device whose `ifaces` slot another
-/// interface has is left out: its frames pass to the server. Returns those described, and a
+/// interface has, or past the `vlans` map's VLAN_DEVS, is left out: its frames pass to the
+/// server. Returns those described, and a
 /// sentence for each left out.
 pub fn publish_vlans(
     ifaces: &dyn MapCore,
@@ -230,16 +231,22 @@ pub fn publish_vlans(
         e.ifindex = d.ifindex;
         // the frames come in on the lower interface: its checksum rule, never loopback's
         e.flags = parent_flags;
-        ifaces
-            .update(&key, abi::bytes_of(&e), MapFlags::ANY)
-            .with_context(|| format!("recording {}'s addresses", d.name))?;
         let k = ink_vlan_key {
             ifindex,
             tag: d.tags,
         };
-        vlans
-            .update(abi::bytes_of(&k), &d.ifindex.to_ne_bytes(), MapFlags::ANY)
-            .with_context(|| format!("recording VLAN device {}", d.name))?;
+        // the tags first: until its description is in `ifaces`, XDP finds the slot not the
+        // device's and passes its frames
+        if let Err(err) = vlans.update(abi::bytes_of(&k), &d.ifindex.to_ne_bytes(), MapFlags::ANY) {
+            left.push(format!(
+                "{d} on {iface}: its requests pass to the server (not recorded, at most \
+                 {VLAN_DEVS} VLAN devices: {err})"
+            ));
+            continue;
+        }
+        ifaces
+            .update(&key, abi::bytes_of(&e), MapFlags::ANY)
+            .with_context(|| format!("recording {}'s addresses", d.name))?;
         done.push(d.clone());
     }
     Ok((done, left))

@@ -411,6 +411,25 @@ fn the_control_plane_describes_vlan_devices_by_their_tags() {
     assert!(lookup(&m.vlans, abi::bytes_of(&key(Q | 43))).is_none());
     let e1: ink_iface = abi::from_bytes(&lookup(&m.ifaces, &1u32.to_ne_bytes()).unwrap()).unwrap();
     assert_eq!(e1.ifindex, 1, "the interface's slot kept");
+    // a full `vlans` map: the device is left out, its slot in `ifaces` not written
+    for i in 0..abi::VLAN_DEVS as u32 {
+        let k = ink_vlan_key {
+            ifindex: 2,
+            tag: [Q | i, 0],
+        };
+        let _ = m
+            .vlans
+            .update(abi::bytes_of(&k), &7u32.to_ne_bytes(), MapFlags::ANY);
+    }
+    let (done, left) =
+        inkcache::host::publish_vlans(&m.ifaces, &m.vlans, 1, "lo", &[dev(301, [Q | 44, 0])])
+            .unwrap();
+    assert!(done.is_empty(), "{done:?}");
+    assert!(left[0].contains("at most 256 VLAN devices"), "{left:?}");
+    let e: ink_iface =
+        abi::from_bytes(&lookup(&m.ifaces, &inkcache::host::slot(301).to_ne_bytes()).unwrap())
+            .unwrap();
+    assert_eq!(e.ifindex, 0, "nothing of it written");
 }
 
 #[test]
