@@ -423,6 +423,13 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     let ext = plans.iter().flatten().next().map(|d| d.target());
     let loaded = load_as(opts, &allow, &mut storage, ext)?;
 
+    // what each interface is (MAC, addresses), for "would the host deliver this?" (bpf/host.h):
+    // every one before any VLAN device (attach_one), which then finds the interfaces' slots
+    // taken, and before anything is attached, so that two interfaces sharing a slot are refused
+    // at once
+    for t in &targets {
+        crate::host::publish(&loaded.xdp.maps.ifaces, t.ifindex, &t.iface)?;
+    }
     let cg_links = attach_server_hooks(&loaded)?;
 
     let group: Vec<String> = targets.iter().map(|t| t.iface.clone()).collect();
@@ -572,9 +579,8 @@ fn attach_one(
     let (xprog, iprog) = (progs.xdp, progs.tc_ingress);
     let tc_mode = tc::resolve(opts.tc_mode, t.ifindex)?;
     let ro = xskel.maps.rodata_data.context("XDP object has no rodata")?;
-    // what the interface is (MAC, addresses), for "would the host deliver this?" (bpf/host.h)
-    crate::host::publish(&xskel.maps.ifaces, t.ifindex, &t.iface)?;
-    // and its VLAN devices: a tagged frame is the host's only through one of them
+    // the interface's VLAN devices (the interface itself is described already, as are the
+    // others of the group): a tagged frame is the host's only through one of them
     let vlans = match crate::host::list_vlans(&t.iface) {
         Ok(devs) => {
             let (done, left) = crate::host::publish_vlans(
