@@ -252,6 +252,68 @@ pub fn publish_vlans(
     Ok((done, left))
 }
 
+/// `inkcache refresh`: describes the attached interface whose pins are at `dir`, and its VLAN
+/// devices, again as attach did, after its MAC, addresses or VLAN devices changed (the kernel
+/// answers as the host delivered at attach until then). Returns the VLAN devices now answered
+/// through, and a sentence for each left out.
+pub fn refresh(dir: &std::path::Path) -> Result<(Vec<VlanDev>, Vec<String>)> {
+    use libbpf_rs::MapHandle;
+    let open = |name: &str| {
+        MapHandle::from_pinned_path(dir.join(name))
+            .with_context(|| format!("opening {}/{name}", dir.display()))
+    };
+    let mut info = crate::pins::read_info(dir)?;
+    let (ifaces, meta) = (open("ifaces")?, open("meta")?);
+    let vlans = open("vlans").context("attached by an older inkcache: re-attach to refresh")?;
+    let now = nix::net::if_::if_nametoindex(info.iface.as_str())
+        .with_context(|| format!("{} is gone: detach it", info.iface))?;
+    anyhow::ensure!(
+        now == info.ifindex,
+        "{} is another interface now (ifindex {now}, {} at attach): detach and attach again",
+        info.iface,
+        info.ifindex
+    );
+    publish(&ifaces, info.ifindex, &info.iface)?;
+    // the VLAN devices recorded before, forgotten (their frames pass meanwhile), then found again
+    let mut old = Vec::new();
+    for k in vlans.keys() {
+        let key: ink_vlan_key = abi::from_bytes(&k).context("reading the vlans map")?;
+        if key.ifindex == info.ifindex {
+            let dev = vlans.lookup(&k, MapFlags::ANY)?.unwrap_or_default();
+            old.push((k, u32::from_ne_bytes(dev.try_into().unwrap_or_default())));
+        }
+    }
+    for (k, dev) in old {
+        vlans.delete(&k).context("forgetting a VLAN device")?;
+        let slot = slot(dev).to_ne_bytes();
+        let held = ifaces.lookup(&slot, MapFlags::ANY)?;
+        if held
+            .and_then(|e| abi::from_bytes::<ink_iface>(&e))
+            .map(|e| e.ifindex)
+            == Some(dev)
+        {
+            ifaces
+                .update(&slot, abi::bytes_of(&ink_iface::default()), MapFlags::ANY)
+                .context("forgetting a VLAN device")?;
+        }
+    }
+    let (done, left) = publish_vlans(
+        &ifaces,
+        &vlans,
+        info.ifindex,
+        &info.iface,
+        &list_vlans(&info.iface)?,
+    )?;
+    info.vlans = done.iter().map(|d| d.to_string()).collect();
+    let at = info
+        .group
+        .iter()
+        .position(|g| *g == info.iface)
+        .unwrap_or(0);
+    crate::pins::write_info(&meta, at, &info)?;
+    Ok((done, left))
+}
+
 /// Writes `iface`'s entry into the `ifaces` map; refuses if another interface of the same
 /// attachment has its slot.
 pub fn publish(map: &dyn MapCore, ifindex: u32, iface: &str) -> Result<()> {

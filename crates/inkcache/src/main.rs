@@ -32,6 +32,12 @@ enum Cmd {
         #[arg(long)]
         iface: String,
     },
+    /// Describe an attached interface again (its MAC, addresses and VLAN devices) after they
+    /// changed: until then the kernel answers as the host delivered at attach.
+    Refresh {
+        #[arg(long)]
+        iface: String,
+    },
     /// Counters of the cache attached to an interface, summed over CPUs.
     Stats {
         #[arg(long)]
@@ -162,6 +168,23 @@ fn run(cli: Cli) -> Result<()> {
                     }
                 );
             }
+        }
+        Cmd::Refresh { iface } => {
+            let dir = pins::dir_for(&iface)?;
+            anyhow::ensure!(dir.exists(), "{iface} is not attached");
+            let (done, left) = inkcache::host::refresh(&dir)?;
+            for l in left {
+                eprintln!("inkcache: VLAN device {l}");
+            }
+            let vlans: Vec<String> = done.iter().map(|d| d.to_string()).collect();
+            println!(
+                "refreshed {iface}{}",
+                if vlans.is_empty() {
+                    String::new()
+                } else {
+                    format!(", VLAN devices {}", vlans.join(", "))
+                }
+            );
         }
         Cmd::Detach { iface } => match inkcache::lost::detach(&iface)? {
             Detached::Pinned => println!("detached from {iface}"),

@@ -26,6 +26,7 @@ pub const MAPS: &[&str] = &[
     "pending",
     "global",
     "ifaces",
+    "vlans",
     "meta",
     // the AF_XDP hand-off to inkcached (bpf/xsk.h)
     "xsks",

@@ -195,6 +195,86 @@ fn gets_to_an_address_the_server_does_not_listen_on_are_not_answered() {
     assert_eq!(rig.stat("not_host"), not_host + 1, "not counted");
 }
 
+/// The interface's addresses are read at attach. One removed later is no longer the host's: a
+/// get to it gets no answer from memcached, but the kernel still answered it, until `inkcache
+/// refresh` describes the interface again. One added is answered by memcached, and by the kernel
+/// after the refresh.
+#[test]
+fn refresh_follows_the_interfaces_addresses() {
+    testkit::require_tool!("/usr/bin/python3");
+    let mut rig = Rig::new().unwrap();
+    let addr = |rig: &Rig, op: &str, a: &str| {
+        testkit::sh(
+            rig.pair
+                .server
+                .cmd("ip")
+                .args(["addr", op, a, "dev", &rig.pair.srv_if]),
+        )
+        .unwrap();
+    };
+    addr(&rig, "add", "198.18.0.5/24");
+    set(&rig, "rf", 0, b"value");
+    rig.attach(&[]).unwrap();
+    cache_it(&rig, "rf");
+    let value = "VALUE rf 0 5\r\nvalue\r\nEND\r\n";
+    let get = |rig: &Rig, dst| craft(rig, "rf", "198.18.0.2", dst, None, &[]);
+    let refresh = |rig: &Rig| {
+        let out = rig.inkcache(&["refresh", "--iface", &rig.pair.srv_if]);
+        assert!(
+            out.status.success(),
+            "refresh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let hits = rig.stat("hits");
+    assert_eq!(get(&rig, "198.18.0.5").as_deref(), Some(value));
+    assert_eq!(
+        rig.stat("hits"),
+        hits + 1,
+        "a kernel hit on an address of the interface"
+    );
+    addr(&rig, "del", "198.18.0.5/24");
+    assert_eq!(
+        get(&rig, "198.18.0.5").as_deref(),
+        Some(value),
+        "read at attach"
+    );
+    assert_eq!(rig.stat("hits"), hits + 2);
+    refresh(&rig);
+    let not_host = rig.stat("not_host");
+    assert_eq!(
+        get(&rig, "198.18.0.5"),
+        None,
+        "answered for an address removed"
+    );
+    assert_eq!(rig.stat("not_host"), not_host + 1);
+    addr(&rig, "add", "198.18.0.6/24");
+    assert_eq!(
+        get(&rig, "198.18.0.6").as_deref(),
+        Some(value),
+        "memcached's answer"
+    );
+    assert_eq!(
+        rig.stat("hits"),
+        hits + 2,
+        "a kernel hit before the refresh"
+    );
+    refresh(&rig);
+    assert_eq!(get(&rig, "198.18.0.6").as_deref(), Some(value));
+    assert_eq!(
+        rig.stat("hits"),
+        hits + 3,
+        "no kernel hit after the refresh"
+    );
+    let s = rig.inkcache(&["refresh", "--iface", "nosuchif0"]);
+    assert!(!s.status.success());
+    assert!(
+        String::from_utf8_lossy(&s.stderr).contains("nosuchif0 is not attached"),
+        "{}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+}
+
 /// Sends `bytes` on one TCP connection and reads what memcached answers for a moment.
 fn tcp_send(rig: &Rig, bytes: &[u8]) {
     let addr = rig.server_addr();

@@ -99,6 +99,7 @@ fn debian_package_holds_everything_and_its_units_verify() {
     for sub in [
         "attach",
         "detach",
+        "refresh",
         "stats",
         "status",
         "metrics",
