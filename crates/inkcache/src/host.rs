@@ -314,6 +314,56 @@ pub fn refresh(dir: &std::path::Path) -> Result<(Vec<VlanDev>, Vec<String>)> {
     Ok((done, left))
 }
 
+/// `inkcache refresh --follow`: refresh (`each` gets every result), then again after each change
+/// the kernel announces in this network namespace (links, IPv4 and IPv6 addresses: rtnetlink's
+/// groups), a burst of changes making one refresh; until the attachment at `dir` is gone.
+pub fn follow(
+    dir: &std::path::Path,
+    mut each: impl FnMut(&(Vec<VlanDev>, Vec<String>)),
+) -> Result<()> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::socket::{
+        bind, recv, socket, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType,
+    };
+    use std::os::fd::{AsFd, AsRawFd};
+    const GROUPS: u32 = 0x1 | 0x10 | 0x100; // RTMGRP_LINK, RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR
+    let nl = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        SockProtocol::NetlinkRoute,
+    )
+    .context("opening a netlink socket")?;
+    bind(nl.as_raw_fd(), &NetlinkAddr::new(0, GROUPS)).context("joining rtnetlink's groups")?;
+    // subscribed before the first refresh: no change after it goes unseen
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if !dir.exists() {
+            return Ok(()); // detached
+        }
+        each(&refresh(dir)?);
+        // wait for a change, checking each second that the attachment is still there
+        loop {
+            let mut fds = [PollFd::new(nl.as_fd(), PollFlags::POLLIN)];
+            if poll(&mut fds, PollTimeout::from(1000u16)).context("waiting on netlink")? > 0 {
+                break;
+            }
+            if !dir.exists() {
+                return Ok(());
+            }
+        }
+        // the burst: read until 100 ms pass without a message (a lost one, ENOBUFS, only
+        // means that changes came: they are read again anyway)
+        loop {
+            while recv(nl.as_raw_fd(), &mut buf, MsgFlags::empty()).is_ok() {}
+            let mut fds = [PollFd::new(nl.as_fd(), PollFlags::POLLIN)];
+            if poll(&mut fds, PollTimeout::from(100u16)).context("waiting on netlink")? == 0 {
+                break;
+            }
+        }
+    }
+}
+
 /// Writes `iface`'s entry into the `ifaces` map; refuses if another interface of the same
 /// attachment has its slot.
 pub fn publish(map: &dyn MapCore, ifindex: u32, iface: &str) -> Result<()> {

@@ -37,6 +37,10 @@ enum Cmd {
     Refresh {
         #[arg(long)]
         iface: String,
+        /// Then again after every change of the namespace's links or addresses, until the
+        /// interface is detached (for a service).
+        #[arg(long)]
+        follow: bool,
     },
     /// Counters of the cache attached to an interface, summed over CPUs.
     Stats {
@@ -169,22 +173,32 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Cmd::Refresh { iface } => {
+        Cmd::Refresh { iface, follow } => {
+            sys::require_root()?;
+            sys::ensure_bpffs()?;
             let dir = pins::dir_for(&iface)?;
-            anyhow::ensure!(dir.exists(), "{iface} is not attached");
-            let (done, left) = inkcache::host::refresh(&dir)?;
-            for l in left {
-                eprintln!("inkcache: VLAN device {l}");
+            if !dir.exists() {
+                return Err(inkcache::Error::NotAttached(iface).into());
             }
-            let vlans: Vec<String> = done.iter().map(|d| d.to_string()).collect();
-            println!(
-                "refreshed {iface}{}",
-                if vlans.is_empty() {
-                    String::new()
-                } else {
-                    format!(", VLAN devices {}", vlans.join(", "))
+            let said = |(done, left): &(Vec<inkcache::host::VlanDev>, Vec<String>)| {
+                for l in left {
+                    eprintln!("inkcache: VLAN device {l}");
                 }
-            );
+                let vlans: Vec<String> = done.iter().map(|d| d.to_string()).collect();
+                println!(
+                    "refreshed {iface}{}",
+                    if vlans.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", VLAN devices {}", vlans.join(", "))
+                    }
+                );
+            };
+            if follow {
+                inkcache::host::follow(&dir, said)?;
+            } else {
+                said(&inkcache::host::refresh(&dir)?);
+            }
         }
         Cmd::Detach { iface } => match inkcache::lost::detach(&iface)? {
             Detached::Pinned => println!("detached from {iface}"),

@@ -9,7 +9,7 @@ mod common;
 use std::{
     io::{Read, Write},
     net::TcpStream,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use common::*;
@@ -269,10 +269,65 @@ fn refresh_follows_the_interfaces_addresses() {
     let s = rig.inkcache(&["refresh", "--iface", "nosuchif0"]);
     assert!(!s.status.success());
     assert!(
-        String::from_utf8_lossy(&s.stderr).contains("nosuchif0 is not attached"),
+        String::from_utf8_lossy(&s.stderr).contains("not attached to nosuchif0"),
         "{}",
         String::from_utf8_lossy(&s.stderr)
     );
+}
+
+/// `inkcache refresh --follow` refreshes on its own when an address is added, and ends when the
+/// interface is detached.
+#[test]
+fn refresh_follow_takes_in_an_address_as_it_is_added() {
+    testkit::require_tool!("/usr/bin/python3");
+    let mut rig = Rig::attached(&[]).unwrap();
+    set(&rig, "rw", 0, b"value");
+    cache_it(&rig, "rw");
+    let mut follower = std::process::Command::new(bin())
+        .args([
+            "--netns",
+            &rig.pair.server.name,
+            "refresh",
+            "--follow",
+            "--iface",
+        ])
+        .arg(&rig.pair.srv_if)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // subscribed
+    testkit::sh(rig.pair.server.cmd("ip").args([
+        "addr",
+        "add",
+        "198.18.0.7/24",
+        "dev",
+        &rig.pair.srv_if,
+    ]))
+    .unwrap();
+    let hits = rig.stat("hits");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = craft(&rig, "rw", "198.18.0.2", "198.18.0.7", None, &[]);
+        assert_eq!(r.as_deref(), Some("VALUE rw 0 5\r\nvalue\r\nEND\r\n"));
+        if rig.stat("hits") > hits {
+            break; // the kernel's answer
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new address never answered by the kernel"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    rig.detach().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while follower.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = follower.kill();
+            panic!("the follower outlived the attachment");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(follower.wait().unwrap().success());
 }
 
 /// Sends `bytes` on one TCP connection and reads what memcached answers for a moment.

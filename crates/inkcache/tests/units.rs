@@ -1,8 +1,8 @@
 //! The Debian package and its systemd units: the package holds the binaries, units, environment
 //! files and man pages; `systemd-analyze verify` accepts the units as installed; and the units'
 //! ExecStart/ExecStop lines, expanded as systemd expands them (specifiers, environment files,
-//! `$VAR` and `${VAR}`), do their job: inkcache@IFACE attaches and detaches, inkcached serves,
-//! inkcache-metrics exports.
+//! `$VAR` and `${VAR}`), do their job: inkcache@IFACE attaches, refreshes and detaches,
+//! inkcache-follow@IFACE follows it until then, inkcached serves, inkcache-metrics exports.
 mod common;
 
 use std::{
@@ -92,6 +92,7 @@ fn debian_package_holds_everything_and_its_units_verify() {
         "./lib/systemd/system/inkcache@.service".into(),
         "./lib/systemd/system/inkcached.service".into(),
         "./lib/systemd/system/inkcache-metrics.service".into(),
+        "./lib/systemd/system/inkcache-follow@.service".into(),
         "./etc/default/inkcache".into(),
         "./etc/default/inkcached".into(),
         "./usr/share/man/man1/inkcache.1.gz".into(),
@@ -127,16 +128,19 @@ fn debian_package_holds_everything_and_its_units_verify() {
             let _ = std::fs::copy(&p, units.join(p.file_name().unwrap()));
         }
     }
-    std::fs::copy(
-        units.join("inkcache@.service"),
-        units.join("inkcache@eth0.service"),
-    )
-    .unwrap();
+    for unit in ["inkcache@", "inkcache-follow@"] {
+        std::fs::copy(
+            units.join(format!("{unit}.service")),
+            units.join(format!("{unit}eth0.service")),
+        )
+        .unwrap();
+    }
     let v = Command::new("systemd-analyze")
         .arg("verify")
         .arg(format!("--root={}", root.display()))
         .args([
             "/lib/systemd/system/inkcache@eth0.service",
+            "/lib/systemd/system/inkcache-follow@eth0.service",
             "/lib/systemd/system/inkcached.service",
             "/lib/systemd/system/inkcache-metrics.service",
         ])
@@ -323,9 +327,25 @@ fn inkcache_unit_attaches_on_start_and_detaches_on_stop() {
     let v = rig.udp_get(2, b"get uk\r\n").expect("reply");
     assert_eq!(values(&v)[0].2, b"unit");
     assert_eq!(rig.stat("hits"), hits + 1);
+    // reload refreshes; inkcache-follow@ follows until the interface is detached
+    let reload = exec_lines(root.path(), "inkcache@.service", &iface, "ExecReload");
+    assert!(run_in(&ns, &reload[0]).starts_with(&format!("refreshed {iface}")));
+    let follow = exec_lines(root.path(), "inkcache-follow@.service", &iface, "ExecStart");
+    let mut follower = spawn_in(&ns, &follow[0]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(follower.try_wait().unwrap().is_none(), "{follow:?} ended");
 
     run_in(&ns, &stop_[0]);
     rig.attached = false;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while follower.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "{follow:?} outlived the attachment"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(follower.wait().unwrap().success());
     let out = rig.inkcache(&["status", "--json"]);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 0, "{rows}");
