@@ -581,28 +581,8 @@ fn attach_one(
     let ro = xskel.maps.rodata_data.context("XDP object has no rodata")?;
     // the interface's VLAN devices (the interface itself is described already, as are the
     // others of the group): a tagged frame is the host's only through one of them
-    let vlans = match crate::host::list_vlans(&t.iface) {
-        Ok(devs) => {
-            let (done, left) = crate::host::publish_vlans(
-                &xskel.maps.ifaces,
-                &xskel.maps.vlans,
-                t.ifindex,
-                &t.iface,
-                &devs,
-            )?;
-            for l in left {
-                eprintln!("inkcache: VLAN device {l}");
-            }
-            done.iter().map(|d| d.to_string()).collect()
-        }
-        Err(e) => {
-            eprintln!(
-                "inkcache: {}: VLAN devices not listed, tagged requests pass to the server: {e:#}",
-                t.iface
-            );
-            Vec::new()
-        }
-    };
+    let vlans =
+        crate::host::record_vlans(&xskel.maps.ifaces, &xskel.maps.vlans, t.ifindex, &t.iface)?;
     // TC ingress first: it only answers what XDP hands over, so it must be there when XDP starts.
     let ingress = tc::attach(iprog.as_fd(), t.ifindex, &t.iface, Dir::Ingress, tc_mode)?;
     let shared = plan.is_some();

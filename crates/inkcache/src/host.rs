@@ -199,11 +199,10 @@ pub fn list_vlans(iface: &str) -> Result<Vec<VlanDev>> {
     vlan_devices(&out.stdout, iface)
 }
 
-/// Describes the VLAN devices on `iface` (ifindex `ifindex`) for XDP: each in `ifaces` as an
-/// interface of its own, and in `vlans` by its tags. A device whose `ifaces` slot another
-/// interface has, or past the `vlans` map's VLAN_DEVS, is left out: its frames pass to the
-/// server. Returns those described, and a
-/// sentence for each left out.
+/// Describes the VLAN devices on `iface` (ifindex `ifindex`, already in `ifaces`: publish) for
+/// XDP: each in `ifaces` as an interface of its own, and in `vlans` by its tags. A device whose
+/// `ifaces` slot another interface has, or past the `vlans` map's VLAN_DEVS, is left out: its
+/// frames pass to the server. Returns those described, and a sentence for each left out.
 pub fn publish_vlans(
     ifaces: &dyn MapCore,
     vlans: &dyn MapCore,
@@ -211,7 +210,12 @@ pub fn publish_vlans(
     iface: &str,
     devs: &[VlanDev],
 ) -> Result<(Vec<VlanDev>, Vec<String>)> {
-    let parent_flags = describe(iface)?.flags & IFACE_CSUM_PARTIAL as u8;
+    let lower: ink_iface = ifaces
+        .lookup(&slot(ifindex).to_ne_bytes(), MapFlags::ANY)?
+        .and_then(|e| abi::from_bytes(&e))
+        .filter(|e: &ink_iface| e.ifindex == ifindex)
+        .with_context(|| format!("{iface} is not described in the ifaces map"))?;
+    let parent_flags = lower.flags & IFACE_CSUM_PARTIAL as u8;
     let (mut done, mut left) = (Vec::new(), Vec::new());
     for d in devs {
         let key = slot(d.ifindex).to_ne_bytes();
@@ -252,11 +256,38 @@ pub fn publish_vlans(
     Ok((done, left))
 }
 
+/// The VLAN devices on `iface` (described already: publish) found and recorded, as attach and
+/// refresh do: each left out is said on stderr, and if they cannot be listed, none is recorded
+/// (tagged requests pass) and that is said. Returns how each recorded one is named (VlanDev's
+/// Display), for AttachInfo.vlans.
+pub fn record_vlans(
+    ifaces: &dyn MapCore,
+    vlans: &dyn MapCore,
+    ifindex: u32,
+    iface: &str,
+) -> Result<Vec<String>> {
+    let devs = match list_vlans(iface) {
+        Ok(devs) => devs,
+        Err(e) => {
+            eprintln!(
+                "inkcache: {iface}: VLAN devices not listed, tagged requests pass to the server: \
+                 {e:#}"
+            );
+            return Ok(Vec::new());
+        }
+    };
+    let (done, left) = publish_vlans(ifaces, vlans, ifindex, iface, &devs)?;
+    for l in left {
+        eprintln!("inkcache: VLAN device {l}");
+    }
+    Ok(done.iter().map(|d| d.to_string()).collect())
+}
+
 /// `inkcache refresh`: describes the attached interface whose pins are at `dir`, and its VLAN
 /// devices, again as attach did, after its MAC, addresses or VLAN devices changed (the kernel
 /// answers as the host delivered at attach until then). Returns the VLAN devices now answered
-/// through, and a sentence for each left out.
-pub fn refresh(dir: &std::path::Path) -> Result<(Vec<VlanDev>, Vec<String>)> {
+/// through (record_vlans).
+pub fn refresh(dir: &std::path::Path) -> Result<Vec<String>> {
     use libbpf_rs::MapHandle;
     let open = |name: &str| {
         MapHandle::from_pinned_path(dir.join(name))
@@ -297,30 +328,20 @@ pub fn refresh(dir: &std::path::Path) -> Result<(Vec<VlanDev>, Vec<String>)> {
                 .context("forgetting a VLAN device")?;
         }
     }
-    let (done, left) = publish_vlans(
-        &ifaces,
-        &vlans,
-        info.ifindex,
-        &info.iface,
-        &list_vlans(&info.iface)?,
-    )?;
-    info.vlans = done.iter().map(|d| d.to_string()).collect();
+    info.vlans = record_vlans(&ifaces, &vlans, info.ifindex, &info.iface)?;
     let at = info
         .group
         .iter()
         .position(|g| *g == info.iface)
         .unwrap_or(0);
     crate::pins::write_info(&meta, at, &info)?;
-    Ok((done, left))
+    Ok(info.vlans)
 }
 
 /// `inkcache refresh --follow`: refresh (`each` gets every result), then again after each change
 /// the kernel announces in this network namespace (links, IPv4 and IPv6 addresses: rtnetlink's
 /// groups), a burst of changes making one refresh; until the attachment at `dir` is gone.
-pub fn follow(
-    dir: &std::path::Path,
-    mut each: impl FnMut(&(Vec<VlanDev>, Vec<String>)),
-) -> Result<()> {
+pub fn follow(dir: &std::path::Path, mut each: impl FnMut(&[String])) -> Result<()> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::socket::{
         bind, recv, socket, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType,

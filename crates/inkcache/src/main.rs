@@ -108,6 +108,15 @@ enum Cmd {
     },
 }
 
+/// ", VLAN devices a, b" for the VLAN devices an attachment answers through, or nothing.
+fn vlans_said(vlans: &[String]) -> String {
+    if vlans.is_empty() {
+        String::new()
+    } else {
+        format!(", VLAN devices {}", vlans.join(", "))
+    }
+}
+
 fn parse_interval(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if (0.05..=3600.0).contains(&v) => Ok(v),
@@ -165,11 +174,7 @@ fn run(cli: Cli) -> Result<()> {
                     info.layout.ways(),
                     info.layout.log_bytes() / 1024,
                     info.allow.join(","),
-                    if info.vlans.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", VLAN devices {}", info.vlans.join(", "))
-                    }
+                    vlans_said(&info.vlans)
                 );
             }
         }
@@ -180,20 +185,7 @@ fn run(cli: Cli) -> Result<()> {
             if !dir.exists() {
                 return Err(inkcache::Error::NotAttached(iface).into());
             }
-            let said = |(done, left): &(Vec<inkcache::host::VlanDev>, Vec<String>)| {
-                for l in left {
-                    eprintln!("inkcache: VLAN device {l}");
-                }
-                let vlans: Vec<String> = done.iter().map(|d| d.to_string()).collect();
-                println!(
-                    "refreshed {iface}{}",
-                    if vlans.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", VLAN devices {}", vlans.join(", "))
-                    }
-                );
-            };
+            let said = |vlans: &[String]| println!("refreshed {iface}{}", vlans_said(vlans));
             if follow {
                 inkcache::host::follow(&dir, said)?;
             } else {

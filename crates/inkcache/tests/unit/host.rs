@@ -384,6 +384,7 @@ fn the_control_plane_describes_vlan_devices_by_their_tags() {
         tags,
     };
     let taken = 1 + IFACE_SLOTS as u32; // ifindex 1's slot: the test runs' interface has it
+    inkcache::host::publish(&m.ifaces, 1, "lo").unwrap(); // as attach does first
     let (done, left) = inkcache::host::publish_vlans(
         &m.ifaces,
         &m.vlans,
