@@ -18,6 +18,27 @@ use inkproto::{
 use testkit::{Pair, Server, SRV_V4};
 
 pub const PORT: u16 = 11211;
+
+/// Waits for `c` to exit, at most `secs` seconds (else kills it and fails, saying `what`), and
+/// returns how it exited.
+pub fn exits_within(
+    c: &mut std::process::Child,
+    secs: u64,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("{what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 /// Write quarantine used by the tests (see `inkcache attach --quarantine-ms`).
 pub const QUARANTINE_MS: &str = "50";
 

@@ -319,15 +319,7 @@ fn refresh_follow_takes_in_an_address_as_it_is_added() {
         std::thread::sleep(Duration::from_millis(100));
     }
     rig.detach().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while follower.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = follower.kill();
-            panic!("the follower outlived the attachment");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(follower.wait().unwrap().success());
+    assert!(exits_within(&mut follower, 5, "the follower outlived the attachment").success());
 }
 
 /// Sends `bytes` on one TCP connection and reads what memcached answers for a moment.

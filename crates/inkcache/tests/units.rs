@@ -288,14 +288,7 @@ fn stop(mut c: Child, what: &str) {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while c.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            panic!("{what} did not exit on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    exits_within(&mut c, 5, &format!("{what} did not exit on SIGTERM"));
 }
 
 #[test]
@@ -337,15 +330,12 @@ fn inkcache_unit_attaches_on_start_and_detaches_on_stop() {
 
     run_in(&ns, &stop_[0]);
     rig.attached = false;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while follower.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "{follow:?} outlived the attachment"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(follower.wait().unwrap().success());
+    let ended = exits_within(
+        &mut follower,
+        5,
+        &format!("{follow:?} outlived the attachment"),
+    );
+    assert!(ended.success());
     let out = rig.inkcache(&["status", "--json"]);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 0, "{rows}");
