@@ -95,8 +95,9 @@ pub struct AttachInfo {
     pub settle_max_secs: u64,
     /// Interfaces attached by the same command: they share the cache and the counters.
     pub group: Vec<String>,
-    /// The VLAN devices on the interface, as found at attach, whose tagged requests are answered
-    /// ("eth0.42 (802.1Q 42)"); requests with other VLAN tags pass, as the host drops them.
+    /// The VLAN devices on the interface, as attach or the last refresh found them, whose tagged
+    /// requests are answered ("eth0.42 (802.1Q 42)"); requests with other VLAN tags pass, as the
+    /// host drops them.
     #[serde(default)]
     pub vlans: Vec<String>,
     /// Cooperative mode (the server installs and invalidates entries itself).
