@@ -185,20 +185,23 @@ static __always_inline void *sl_of(struct scratch *s, const struct pkt *p)
 	return &s->sl[i];
 }
 
-/* Whether a UDP socket of the interface's namespace would receive the request in scratch.pk: the
- * server may listen on some of the host's addresses only (memcached -l), or on one family only.
- * Found as the stack finds it (bpf_sk_lookup_udp: bound address and device, IPV6_V6ONLY,
- * reuseport groups, sk_lookup programs), by destination: not by source (an unconnected server
- * socket receives from any). If one would, the destination is remembered in scratch.sl with
- * generation `gen` (server_listens). A function of its own, verified once: it holds a socket
- * reference, and inlined it multiplied the states the verifier walks after it past its budget. */
-__noinline int socket_lookup(struct xdp_md *ctx, __u64 gen)
+/* Whether a UDP socket of the interface's namespace would receive the request in scratch.pk, which
+ * the stack takes up at device `dev` (the interface, or a VLAN device on it): the server may
+ * listen on some of the host's addresses only (memcached -l), or on one family only. Found as the
+ * stack finds it (bpf_sk_lookup_udp: bound address and device, IPV6_V6ONLY, reuseport groups,
+ * sk_lookup programs), by destination: not by source (an unconnected server socket receives from
+ * any). The helper looks up as for the interface XDP runs on: for a VLAN device's request, a
+ * socket it finds bound to a device is bound to that interface, and would not receive it. If one
+ * would, the destination is remembered in scratch.sl with generation `gen` (server_listens). A
+ * function of its own, verified once: it holds a socket reference, and inlined it multiplied the
+ * states the verifier walks after it past its budget. */
+__noinline int socket_lookup(struct xdp_md *ctx, __u64 gen, __u32 dev)
 {
 	struct scratch *s = get_scratch();
 	struct bpf_sock_tuple t = {};
 	struct bpf_sock *sk;
 	struct pkt *p;
-	__u32 len;
+	__u32 len, bound;
 	typeof(&s->sl[0]) m;
 
 	if (!ctx || !s)
@@ -220,28 +223,31 @@ __noinline int socket_lookup(struct xdp_md *ctx, __u64 gen)
 	sk = bpf_sk_lookup_udp(ctx, &t, len, BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return 0;
+	bound = sk->bound_dev_if;
 	bpf_sk_release(sk);
+	if (bound && dev != ctx->ingress_ifindex)
+		return 0;
 	m = sl_of(s, p);
 	__builtin_memcpy(m->daddr, p->daddr, 16);
-	m->ifindex = ctx->ingress_ifindex;
+	m->ifindex = dev;
 	m->port = p->dport;
 	m->gen = gen + 1;
 	return 1;
 }
 
-/* socket_lookup, but for a destination found before on this CPU (four of each family: sl_of),
- * until a socket binds or releases a cached port (ink_global.gen `gen`, inkcache_sock.bpf.c): a
- * get there costs no lookup and no call (a lookup costs ~140 ns on the AMD VM, more than half a
- * hot hit: docs/results/host-checks.md). */
+/* socket_lookup, but for a destination (and device) found before on this CPU (four of each
+ * family: sl_of), until a socket binds or releases a cached port (ink_global.gen `gen`,
+ * inkcache_sock.bpf.c): a get there costs no lookup and no call (a lookup costs ~140 ns on the
+ * AMD VM, more than half a hot hit: docs/results/host-checks.md). */
 static __always_inline int server_listens(struct xdp_md *ctx, struct scratch *s,
-					  const struct pkt *p, __u64 gen)
+					  const struct pkt *p, __u64 gen, __u32 dev)
 {
 	typeof(&s->sl[0]) m = sl_of(s, p);
 
-	if (m->gen == gen + 1 && m->ifindex == ctx->ingress_ifindex && m->port == p->dport &&
+	if (m->gen == gen + 1 && m->ifindex == dev && m->port == p->dport &&
 	    addr_eq(m->daddr, p->daddr))
 		return 1;
-	return socket_lookup(ctx, gen);
+	return socket_lookup(ctx, gen, dev);
 }
 
 /* 1 if the host's stack would deliver this UDP request (in scratch.buf, after the frame header
@@ -278,7 +284,7 @@ static __always_inline int host_delivers(struct xdp_md *ctx, struct scratch *s, 
 	if (!ipv4_sum_ok(data, data_end, p) || !udp_csum_ok(s, p, fsum, ifc->flags))
 		goto no;
 	g = global_state();
-	if (!g || !server_listens(ctx, s, p, *(volatile __u64 *)&g->gen))
+	if (!g || !server_listens(ctx, s, p, *(volatile __u64 *)&g->gen, ifindex))
 		goto no;
 	return 1;
 no:

@@ -106,7 +106,7 @@ struct scratch {
 	struct {                     /* host.h server_listens: destinations a socket was found for
 				      * (XDP), by family and address (host.h sl_of) */
 		__u8 daddr[16];
-		__u32 ifindex;
+		__u32 ifindex;         /* the device the stack takes it up at */
 		__u16 port;            /* network order */
 		__u16 pad;
 		__u64 gen;             /* ink_global.gen + 1 when found; 0: nothing known */

@@ -475,3 +475,44 @@ fn gets_no_socket_would_receive_pass() {
     passes(&f, &to, "its socket released", |_| ());
     drop(lo);
 }
+
+/// A socket bound to the interface (SO_BINDTODEVICE) does not receive a get the stack takes up at
+/// a VLAN device on it, though the helper's lookup, made as for the interface XDP runs on, finds
+/// it; nor is the answer found for the interface remembered for the device.
+#[test]
+fn a_socket_bound_to_the_interface_misses_its_vlan_devices_gets() {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let fl = Flow::v4();
+    let f = cached(&fl);
+    let port = packet::PORT + 2;
+    let bound = udp_bound("0.0.0.0", port);
+    setsockopt(&bound, sockopt::BindToDevice, &"lo".into()).unwrap();
+    f.add_port(port);
+    f.sockets_changed();
+    f.set_vlan([Q | 42, 0], &vlan_dev(100));
+    let to = fl.clone().sport(port);
+    let tagged = to.clone().vlans(&[42]);
+    assert_eq!(
+        get_edited(&f, &to, |_| ()),
+        XDP_TX,
+        "to the socket's device"
+    );
+    passes(
+        &f,
+        &tagged,
+        "at the VLAN device, after the interface's",
+        |_| (),
+    );
+    f.sockets_changed();
+    passes(&f, &tagged, "at the VLAN device, first", |_| ());
+    // bound to no device, a socket receives it wherever the stack takes it up
+    drop(bound);
+    let any = udp_bound("0.0.0.0", port);
+    f.sockets_changed();
+    assert_eq!(
+        get_edited(&f, &tagged, |_| ()),
+        XDP_TX,
+        "a socket bound to no device"
+    );
+    drop(any);
+}
