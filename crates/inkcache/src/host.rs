@@ -131,6 +131,8 @@ impl std::fmt::Display for VlanDev {
 
 /// The VLAN devices that are up on `iface`, and on those, from `ip -details -json link show`'s
 /// output (the stack takes a frame to a device only while it is up; XDP reads two tags at most).
+/// One enslaved (to a bridge, bond or VRF) is left out, with the devices on it: its tagged gets
+/// pass to the stack.
 pub fn vlan_devices(ip_json: &[u8], iface: &str) -> Result<Vec<VlanDev>> {
     let links: Vec<serde_json::Value> =
         serde_json::from_slice(ip_json).context("reading `ip -details -json link show`")?;
@@ -151,8 +153,10 @@ pub fn vlan_devices(ip_json: &[u8], iface: &str) -> Result<Vec<VlanDev>> {
             .as_array()?
             .iter()
             .any(|f| f.as_str() == Some("UP"));
-        if !up || l.get("link_netnsid").is_some() {
-            return None; // down, or its lower device in another namespace
+        if !up || l.get("link_netnsid").is_some() || l.get("master").is_some() {
+            // down; its lower device in another namespace; or enslaved (to a bridge or bond,
+            // which take its frames, or a VRF, whose sockets XDP's lookup would not see)
+            return None;
         }
         Some((
             l.get("ifname")?.as_str()?.to_string(),
@@ -441,8 +445,9 @@ mod tests {
     }
 
     /// `ip -details -json link show` as iproute2 6.x prints it (trimmed to the fields read):
-    /// eth0 with an 802.1Q device, an 802.1ad one with an 802.1Q device on it, and a device that
-    /// is down; eth1 with one of its own; a device whose lower one is in another namespace.
+    /// eth0 with an 802.1Q device, an 802.1ad one with an 802.1Q device on it, a device that is
+    /// down, and one enslaved (to VRF `blue`) with a device on it; eth1 with one of its own; a
+    /// device whose lower one is in another namespace.
     const IP_LINKS: &str = r#"[
       {"ifindex":2,"ifname":"eth0","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"]},
       {"ifindex":3,"ifname":"eth1","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"]},
@@ -459,7 +464,11 @@ mod tests {
       {"ifindex":9,"link":"eth0","link_netnsid":0,"ifname":"far","flags":["UP"],
        "linkinfo":{"info_kind":"vlan","info_data":{"protocol":"802.1Q","id":5}}},
       {"ifindex":10,"link":"eth0","ifname":"mv","flags":["UP"],
-       "linkinfo":{"info_kind":"macvlan","info_data":{"mode":"bridge"}}}
+       "linkinfo":{"info_kind":"macvlan","info_data":{"mode":"bridge"}}},
+      {"ifindex":11,"link":"eth0","ifname":"eth0.8","flags":["UP"],"master":"blue",
+       "linkinfo":{"info_kind":"vlan","info_data":{"protocol":"802.1Q","id":8}}},
+      {"ifindex":12,"link":"eth0.8","ifname":"eth0.8.3","flags":["UP"],
+       "linkinfo":{"info_kind":"vlan","info_data":{"protocol":"802.1Q","id":3}}}
     ]"#;
 
     #[test]
