@@ -115,9 +115,11 @@ impl Fx {
             ..AttachOpts::default()
         };
         edit(&mut opts);
+        // the test flows' subnets, and lo's (attach's default there): the host's own gets
         let allow = [
             "198.18.0.0/15".parse().unwrap(),
             "fd00::/8".parse().unwrap(),
+            "127.0.0.0/8".parse().unwrap(),
         ];
         server_sockets();
         let st: &'static mut ObjStorage = Box::leak(Box::default());

@@ -516,3 +516,35 @@ fn a_socket_bound_to_the_interface_misses_its_vlan_devices_gets() {
     );
     drop(any);
 }
+
+/// A connected UDP socket receives from its peer only: the socket found for a get from the peer
+/// is not taken to receive one from anywhere else (over `lo`, where the peer is the host itself).
+#[test]
+fn a_connected_socket_is_not_remembered_for_other_sources() {
+    use inkcache::abi::{IFACE_CSUM_PARTIAL, IFACE_LOOPBACK};
+    use nix::sys::socket::{connect, SockaddrIn};
+    use std::os::fd::AsRawFd;
+    let f = fx();
+    let mut lo = server_iface((IFACE_LOOPBACK | IFACE_CSUM_PARTIAL) as u8);
+    assert!(inkcache::host::add_addr(
+        &mut lo,
+        "127.0.0.1".parse().unwrap(),
+        true
+    ));
+    f.set_iface(&lo);
+    f.fill(&Flow::v4(), "k", 0, b"v");
+    let port = packet::PORT + 3;
+    let connected = udp_bound("127.0.0.1", port);
+    connect(connected.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 40000)).unwrap();
+    f.add_port(port);
+    f.sockets_changed();
+    let peer = Flow::v4().from("127.0.0.1").sport(port);
+    let peer = Flow {
+        server: peer.client,
+        ..peer
+    };
+    assert_eq!(get_edited(&f, &peer, |_| ()), XDP_TX, "from the peer");
+    passes(&f, &peer.clone().cport(40001), "from another port", |_| ());
+    assert_eq!(get_edited(&f, &peer, |_| ()), XDP_TX, "from the peer again");
+    drop(connected);
+}
