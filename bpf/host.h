@@ -190,11 +190,11 @@ static __always_inline void *sl_of(struct scratch *s, const struct pkt *p)
  * listen on some of the host's addresses only (memcached -l), or on one family only. Found as the
  * stack finds it (bpf_sk_lookup_udp: bound address and device, IPV6_V6ONLY, reuseport groups,
  * sk_lookup programs, connected sockets). The helper looks up as for the interface XDP runs on:
- * for a VLAN device's request, a socket it finds bound to a device is bound to that interface,
- * and would not receive it. If one would, the destination is remembered in scratch.sl with
- * generation `gen` (server_listens): by destination, not by source, as an unconnected server
- * socket receives from any; a connected one, which receives from its peer only, is not
- * remembered. A function of its own, verified once: it holds a socket reference, and inlined it
+ * for a VLAN device's request, a socket it finds bound to a device is bound to that interface
+ * (or was handed over by an sk_lookup program), not to the VLAN device, and does not count. If
+ * one would receive it, the destination is remembered in scratch.sl with generation `gen`
+ * (server_listens): by destination, not by source, as an unconnected server socket receives
+ * from any; a connected one, which receives from its peer only, is not remembered. A function of its own, verified once: it holds a socket reference, and inlined it
  * multiplied the states the verifier walks after it past its budget. */
 __noinline int socket_lookup(struct xdp_md *ctx, __u64 gen, __u32 dev)
 {
@@ -202,7 +202,7 @@ __noinline int socket_lookup(struct xdp_md *ctx, __u64 gen, __u32 dev)
 	struct bpf_sock_tuple t = {};
 	struct bpf_sock *sk;
 	struct pkt *p;
-	__u32 len, bound, peer;
+	__u32 len, bound, connected;
 	typeof(&s->sl[0]) m;
 
 	if (!ctx || !s)
@@ -225,12 +225,12 @@ __noinline int socket_lookup(struct xdp_md *ctx, __u64 gen, __u32 dev)
 	if (!sk)
 		return 0;
 	bound = sk->bound_dev_if;
-	peer = sk->dst_port;
+	connected = sk->state == BPF_TCP_ESTABLISHED; /* as the kernel tells it: to a port or not */
 	bpf_sk_release(sk);
 	if (bound && dev != ctx->ingress_ifindex)
 		return 0;
-	if (peer)
-		return 1; /* connected: it receives from this source only, not to be remembered */
+	if (connected)
+		return 1; /* it receives from its peer only: not remembered for every source */
 	m = sl_of(s, p);
 	__builtin_memcpy(m->daddr, p->daddr, 16);
 	m->ifindex = dev;

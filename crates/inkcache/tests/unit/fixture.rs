@@ -63,6 +63,15 @@ pub fn udp_bound(addr: &str, port: u16) -> std::os::fd::OwnedFd {
     fd
 }
 
+/// Pins the calling test's thread to the CPU it runs on, for state XDP keeps per CPU; returns it.
+pub fn pin_to_this_cpu() -> usize {
+    let cpu = nix::sched::sched_getcpu().expect("sched_getcpu");
+    let mut one = nix::sched::CpuSet::new();
+    one.set(cpu).expect("a CPU set");
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pinning");
+    cpu
+}
+
 /// The server's UDP sockets on packet::PORT, any address of either family, in this namespace
 /// (the test runs' interface, `lo`, is in it): XDP answers only a get some socket would receive
 /// (bpf/host.h server_listens). Bound once, for the process.

@@ -1,6 +1,6 @@
 //! UDP gets answered in XDP: the reply bytes and headers, gets and CAS, multi-key gets, mg, and
 //! the requests that must pass to the server untouched.
-use super::fixture::udp_bound;
+use super::fixture::{pin_to_this_cpu, udp_bound};
 use super::packet::mc_frame;
 use super::*;
 use inkcache::coop::monotonic_ns;
@@ -86,15 +86,6 @@ fn replies_grown_at_the_head_are_memcacheds_bytes() {
     // every reply was grown at the head: each counted a skip of the tail
     assert_eq!(f.room_skips(), n, "replies grown at the head");
     assert_eq!(f.stats().hits, n);
-}
-
-/// Pins the calling test's thread to the CPU it runs on, for state XDP keeps per CPU; returns it.
-fn pin_to_this_cpu() -> usize {
-    let cpu = nix::sched::sched_getcpu().expect("sched_getcpu");
-    let mut one = nix::sched::CpuSet::new();
-    one.set(cpu).expect("a CPU set");
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pinning");
-    cpu
 }
 
 /// A reply the frame could not take is handed to TC ingress, and the growth it needed is

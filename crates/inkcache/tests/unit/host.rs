@@ -2,7 +2,7 @@
 //! a frame to the interface's MAC and one of its unicast addresses, from a source that is neither
 //! martian nor the host's, with valid checksums. Everything else passes untouched and counts
 //! `not_host`, whatever the allowlist or --max-amplification say.
-use super::fixture::{server_iface, udp_bound};
+use super::fixture::{pin_to_this_cpu, server_iface, udp_bound};
 use super::packet::vlan_ids;
 use super::*;
 use inkcache::skel::xdp::types::ink_iface;
@@ -167,7 +167,7 @@ fn foreign_destinations_pass() {
 fn martian_and_own_sources_pass() {
     let fl = Flow::v4();
     let f = cached(&fl);
-    // the first three are in the allowlist: the check does not depend on it
+    // the first three and 127.0.0.1 are in the allowlist: the check does not depend on it
     for src in [
         "198.18.0.1",   // the host itself
         "198.18.0.3",   // another of its addresses
@@ -482,6 +482,7 @@ fn gets_no_socket_would_receive_pass() {
 #[test]
 fn a_socket_bound_to_the_interface_misses_its_vlan_devices_gets() {
     use nix::sys::socket::{setsockopt, sockopt};
+    pin_to_this_cpu(); // what XDP remembers is per CPU: every get on the one that remembered
     let fl = Flow::v4();
     let f = cached(&fl);
     let port = packet::PORT + 2;
@@ -517,13 +518,16 @@ fn a_socket_bound_to_the_interface_misses_its_vlan_devices_gets() {
     drop(any);
 }
 
-/// A connected UDP socket receives from its peer only: the socket found for a get from the peer
-/// is not taken to receive one from anywhere else (over `lo`, where the peer is the host itself).
+/// A connected UDP socket receives from its peer only (its address, and its port unless it
+/// connected to port 0): the socket found for a get from the peer is not taken to receive one
+/// from anywhere else (over `lo`, where the peer is the host itself and any source is checked
+/// by the socket lookup alone).
 #[test]
 fn a_connected_socket_is_not_remembered_for_other_sources() {
     use inkcache::abi::{IFACE_CSUM_PARTIAL, IFACE_LOOPBACK};
     use nix::sys::socket::{connect, SockaddrIn};
     use std::os::fd::AsRawFd;
+    pin_to_this_cpu(); // what XDP remembers is per CPU: every get on the one that remembered
     let f = fx();
     let mut lo = server_iface((IFACE_LOOPBACK | IFACE_CSUM_PARTIAL) as u8);
     assert!(inkcache::host::add_addr(
@@ -534,17 +538,34 @@ fn a_connected_socket_is_not_remembered_for_other_sources() {
     f.set_iface(&lo);
     f.fill(&Flow::v4(), "k", 0, b"v");
     let port = packet::PORT + 3;
-    let connected = udp_bound("127.0.0.1", port);
-    connect(connected.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 40000)).unwrap();
     f.add_port(port);
-    f.sockets_changed();
-    let peer = Flow::v4().from("127.0.0.1").sport(port);
+    let local: std::net::IpAddr = "127.0.0.1".parse().unwrap();
     let peer = Flow {
-        server: peer.client,
-        ..peer
+        client: local,
+        server: local,
+        ..Flow::v4().sport(port)
     };
-    assert_eq!(get_edited(&f, &peer, |_| ()), XDP_TX, "from the peer");
-    passes(&f, &peer.clone().cport(40001), "from another port", |_| ());
-    assert_eq!(get_edited(&f, &peer, |_| ()), XDP_TX, "from the peer again");
-    drop(connected);
+    for (to_port, other, what) in [
+        (40000, peer.clone().cport(40001), "from another port"),
+        (0, peer.clone().from("127.0.0.2"), "from another address"),
+    ] {
+        let connected = udp_bound("127.0.0.1", port);
+        connect(
+            connected.as_raw_fd(),
+            &SockaddrIn::new(127, 0, 0, 1, to_port),
+        )
+        .unwrap();
+        f.sockets_changed();
+        assert_eq!(
+            get_edited(&f, &peer, |_| ()),
+            XDP_TX,
+            "from the peer (port {to_port})"
+        );
+        passes(&f, &other, what, |_| ());
+        assert_eq!(
+            get_edited(&f, &peer, |_| ()),
+            XDP_TX,
+            "from the peer again (port {to_port})"
+        );
+    }
 }
