@@ -366,10 +366,15 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     }
     sys::ensure_bpffs()?;
     check_kernel()?;
+    crate::servers::check_one_server(&opts.ports)?;
     let mut allow = opts.allow.clone();
     if allow.is_empty() {
         for t in &targets {
-            allow.extend(sys::connected_subnets(&t.iface)?);
+            for n in sys::connected_subnets(&t.iface)? {
+                if !allow.contains(&n) {
+                    allow.push(n); // two addresses of one subnet: listed once
+                }
+            }
         }
     }
     // Alone, or through a libxdp dispatcher per interface (built now, with a slot for inkcache:

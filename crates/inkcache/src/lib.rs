@@ -14,6 +14,7 @@ pub mod ns;
 pub mod opts;
 pub mod pins;
 pub mod reply_write;
+pub mod servers;
 pub mod skel;
 pub mod stats;
 pub mod status;

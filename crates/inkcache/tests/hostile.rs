@@ -195,6 +195,75 @@ fn gets_to_an_address_the_server_does_not_listen_on_are_not_answered() {
     assert_eq!(rig.stat("not_host"), not_host + 1, "not counted");
 }
 
+/// Two servers on one cached port (memcached `-l A` beside another `-l B`) would share one kernel
+/// cache, and a get to one could be answered with a value the other replied (seen before this
+/// check: a get to A answered with B's value). Attach refuses, naming both; with one gone, it
+/// attaches (and lists the subnet both addresses are in once in its default allowlist).
+#[test]
+fn attach_refuses_two_servers_on_one_port() {
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut rig = Rig::with_server(&["-l", "198.18.0.1,127.0.0.1"]).unwrap();
+    testkit::sh(rig.pair.server.cmd("ip").args([
+        "addr",
+        "add",
+        "198.18.0.5/24",
+        "dev",
+        &rig.pair.srv_if,
+    ]))
+    .unwrap();
+    let port = PORT.to_string();
+    let other = Killed(
+        rig.pair
+            .server
+            .cmd("/usr/bin/memcached")
+            .args(["-u", "root", "-l", "198.18.0.5", "-p", &port, "-U", &port])
+            .args(["-t", "1", "-m", "8"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting a second memcached"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let to = std::net::SocketAddr::from(([198, 18, 0, 5], PORT));
+    while !rig
+        .pair
+        .server
+        .run(|| TcpStream::connect_timeout(&to, Duration::from_millis(200)).is_ok())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the second memcached did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let err = rig.attach(&[]).expect_err("attached over two servers");
+    let said = err.to_string();
+    assert!(
+        said.contains("UDP port 11211 is held by 2 servers")
+            && said.contains(&other.0.id().to_string()),
+        "{said}"
+    );
+    drop(other);
+    rig.attach(&[]).expect("one server left");
+    // the interface's two addresses share a subnet: the default allowlist names it once
+    let row = rig.status_row(&rig.pair.srv_if);
+    let nets: Vec<&str> = row["allow"]
+        .as_array()
+        .expect("the allowlist")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    let once: std::collections::BTreeSet<&str> = nets.iter().copied().collect();
+    assert!(!nets.is_empty() && nets.len() == once.len(), "{row}");
+}
+
 /// The interface's addresses are read at attach. One removed later is no longer the host's: a
 /// get to it gets no answer from memcached, but the kernel still answered it, until `inkcache
 /// refresh` describes the interface again. One added is answered by memcached, and by the kernel
