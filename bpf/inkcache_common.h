@@ -77,7 +77,10 @@ struct mc_udp_hdr {
 	  "the others (its answer carries the END).") \
 	X(NOT_HOST, not_host, \
 	  "Gets the host's stack would not deliver to the server (a bad checksum, a destination " \
-	  "MAC or address not the interface's own, a martian or own source): passed untouched.")
+	  "MAC or address not the interface's own, a martian or own source): passed untouched.") \
+	X(SHARED_PORT, shared_port, \
+	  "Sockets bound to a cached port by another process than the server's (a second server): " \
+	  "while one is open the kernel answers and fills nothing.")
 
 enum ink_stat {
 #define INK_STAT_ENUM(e, name, help) ST_##e,

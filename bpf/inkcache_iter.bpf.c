@@ -30,6 +30,20 @@ static __always_inline int cached(struct sock_common *skc)
 	return !netns_cookie || BPF_CORE_READ(skc, skc_net.net, net_cookie) == netns_cookie;
 }
 
+/* Marks a socket found on a cached port as the server's, and counts it (inkcache_sock.bpf.c):
+ * attach refused a port two servers hold (crates/inkcache/src/servers.rs) and set
+ * ink_global.server_tgid to the server's process. */
+static __always_inline void mark_server(void *sk)
+{
+	struct ink_global *g = global_state();
+	__u32 *v = bpf_sk_storage_get(&server_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+
+	if (v && g && !*v) {
+		*v = SERVER_OWN;
+		__sync_fetch_and_add(&g->server_n, 1);
+	}
+}
+
 SEC("iter/tcp")
 int inkcache_iter_tcp(struct bpf_iter__tcp *ctx)
 {
@@ -45,7 +59,7 @@ int inkcache_iter_tcp(struct bpf_iter__tcp *ctx)
 		return 0;
 	state = BPF_CORE_READ(skc, skc_state);
 	if (state == TCP_LISTEN_) {
-		bpf_sk_storage_get(&server_socks, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		mark_server(tp);
 		return 0;
 	}
 	if (state != TCP_ESTABLISHED_ || coop_mode) /* cooperative: nothing to walk */
@@ -78,6 +92,6 @@ int inkcache_iter_udp(struct bpf_iter__udp *ctx)
 
 	if (!udp || !cached((struct sock_common *)udp))
 		return 0;
-	bpf_sk_storage_get(&server_socks, (struct sock *)udp, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	mark_server(udp);
 	return 0;
 }

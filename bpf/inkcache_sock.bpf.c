@@ -3,6 +3,8 @@
  * ports), none of which needs user space to be running:
  *  - the server stopping or (re)starting empties the cache: a listening or UDP socket bound to a
  *    cached port is released, or a socket binds to one; both happen before a new server answers;
+ *  - one server per cached port: a socket another process binds there while the server's are open
+ *    (a second server, which would share the cache) stops all answers and fills while it is;
  *  - each TCP connection the server accepts is followed: socket ops open its state in `conns` and
  *    put it in the conn_socks sockhash, whose stream verdict (inkcache_requests.bpf.c) then walks
  *    every byte it delivers to the server; its state goes when it closes (not in cooperative
@@ -40,15 +42,37 @@ static __always_inline void empty_cache(void)
 	stat_inc(ST_INVAL_RESTART);
 }
 
+/* Marks a socket bound to a cached port as the server's or another process's (maps.h
+ * server_socks). The server is the process that binds while none of the server's sockets is open
+ * (a start or a restart), or the one that bound those open (ink_global.server_tgid, which attach
+ * sets for the sockets it finds). Another process binding meanwhile is a second server on the
+ * port: the two would share one cache, and a get to one could be answered with the other's
+ * value, so while its socket is open nothing is answered or filled (counted in `blind`). Two
+ * processes binding at the same instant with no server yet are both taken for the server. */
 static __always_inline void bound(struct bpf_sock *sk)
 {
 	__u16 port = sk->src_port; /* host order */
+	struct ink_global *g;
+	__u32 *v, tgid;
 
 	if (invalidation_off || !server_port(port))
 		return;
 	if (netns_cookie && bpf_get_netns_cookie(sk) != netns_cookie)
 		return;
-	bpf_sk_storage_get(&server_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	v = bpf_sk_storage_get(&server_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	g = global_state();
+	if (v && g && !*v) {
+		tgid = bpf_get_current_pid_tgid() >> 32;
+		if (g->server_n <= 0 || g->server_tgid == tgid) {
+			g->server_tgid = tgid;
+			*v = SERVER_OWN;
+			__sync_fetch_and_add(&g->server_n, 1);
+		} else {
+			*v = SERVER_OTHER;
+			__sync_fetch_and_add(&g->blind, 1);
+			stat_inc(ST_SHARED_PORT);
+		}
+	}
 	empty_cache();
 }
 
@@ -69,8 +93,21 @@ int inkcache_bind6(struct bpf_sock *sk)
 SEC("cgroup/sock_release")
 int inkcache_release(struct bpf_sock *sk)
 {
-	if (!invalidation_off && bpf_sk_storage_get(&server_socks, sk, 0, 0))
-		empty_cache();
+	struct ink_global *g;
+	__u32 *v;
+
+	if (invalidation_off)
+		return 1;
+	v = bpf_sk_storage_get(&server_socks, sk, 0, 0);
+	if (!v)
+		return 1;
+	g = global_state();
+	if (g && *v == SERVER_OWN)
+		__sync_fetch_and_add(&g->server_n, -1);
+	else if (g && *v == SERVER_OTHER)
+		__sync_fetch_and_add(&g->blind, -1);
+	*v = 0;
+	empty_cache();
 	return 1;
 }
 

@@ -16,15 +16,19 @@ struct ink_global {
 	__u64 fill_block_until; /* flush_all <delay>: no fills until the delayed flush has happened */
 	__s64 realtime_off_ns;  /* CLOCK_REALTIME - CLOCK_MONOTONIC, set at attach (absolute exptimes) */
 	__u32 hint_overflow;    /* ttl_hints was full once: keys without a hint are not cached */
-	__u32 pad2;
+	__u32 server_tgid;      /* the process binding the server's sockets (inkcache_sock.bpf.c;
+				 * set at attach for those found then) */
 	__u64 gen;              /* server generation: a restart voids every set's open count */
 	__s64 flush_open;       /* flush_all commands the server has not answered yet */
 	__u64 hint_gen;         /* bumped when a segment could not be parsed: it may have changed
 				 * any key's expiry, so hints recorded before are no longer trusted */
 	__u64 flush_open_since; /* arrival of the latest of them */
 	__s64 blind;            /* connections to the server whose bytes cannot be walked (no room
-				 * in conn_socks): while any is open, nothing is answered or filled */
-	__u64 pad1[3];          /* keep the arena head (written by every fill) off this cache line */
+				 * in conn_socks), and sockets another process bound to a cached
+				 * port (a second server): while any is open, nothing is answered or
+				 * filled */
+	__s64 server_n;         /* the server's sockets open (server_socks marked SERVER_OWN) */
+	__u64 pad1[2];          /* keep the arena head (written by every fill) off this cache line */
 	__u64 head;             /* arena log head, 16-byte units; only grows */
 };
 
@@ -179,14 +183,17 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } ttl_hints SEC(".maps");
 
-/* The server's own sockets: bound to a cached port in its namespace (marked when they bind, or
- * by the iterators at attach). Sockets it
- * accepts do not inherit the mark (no BPF_F_CLONE), so closing a connection is not a restart. */
+/* The sockets bound to a cached port in the server's namespace (marked when they bind, or by the
+ * iterators at attach): SERVER_OWN, the server's; SERVER_OTHER, another process's (a second
+ * server: inkcache_sock.bpf.c). Sockets a server accepts do not inherit the mark (no
+ * BPF_F_CLONE), so closing a connection is not a restart. */
+#define SERVER_OWN   1
+#define SERVER_OTHER 2
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, __u8);
+	__type(value, __u32);
 } server_socks SEC(".maps");
 
 /* The server's connections (accepted, or found at attach), marked where the namespace is known,

@@ -366,7 +366,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     }
     sys::ensure_bpffs()?;
     check_kernel()?;
-    crate::servers::check_one_server(&opts.ports)?;
+    let server = crate::servers::the_server(&opts.ports)?;
     let mut allow = opts.allow.clone();
     if allow.is_empty() {
         for t in &targets {
@@ -434,6 +434,18 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     // at once
     for t in &targets {
         crate::host::publish(&loaded.xdp.maps.ifaces, t.ifindex, &t.iface)?;
+    }
+    if let Some(pid) = server {
+        // the process whose sockets the iterators will find: the socket hooks take a bind by
+        // another while those are open for a second server's (bpf/inkcache_sock.bpf.c)
+        let m = &loaded.xdp.maps.global;
+        let v = m
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
+            .unwrap_or_default();
+        let mut g: skel::xdp::types::ink_global =
+            crate::abi::from_bytes(&v).context("reading the global state")?;
+        g.server_tgid = pid;
+        m.update(&0u32.to_ne_bytes(), crate::abi::bytes_of(&g), MapFlags::ANY)?;
     }
     let cg_links = attach_server_hooks(&loaded)?;
 

@@ -1,6 +1,8 @@
 //! Which servers hold the cached ports. The kernel cache is one per attachment, keyed by key
 //! alone: two servers on one cached port (memcached `-l A` beside another `-l B`) would share it,
-//! and a get to one could be answered with a value the other replied. Attach refuses that.
+//! and a get to one could be answered with a value the other replied. Attach refuses that, and
+//! tells the socket hooks which process the server is (bpf/inkcache_sock.bpf.c: a second server
+//! binding later stops the kernel's answers while its sockets are open).
 //!
 //! A server is the processes holding a set of UDP sockets: sockets held by a common process
 //! (one memcached's, or a socket a supervisor bound and handed down) are one server's. Found from
@@ -36,7 +38,7 @@ pub fn udp_sockets(text: &str, ports: &[u16]) -> Vec<(u16, u64)> {
 
 /// The servers on each port: `sockets` (port, inode) grouped by the processes holding them
 /// (`holders`: inode -> the processes with it open), sockets with a process in common in one
-/// group. Returns, for each port with sockets of more than one group, the groups' processes.
+/// group; for each port with sockets, its groups' processes.
 pub fn servers_by_port(
     sockets: &[(u16, u64)],
     holders: &BTreeMap<u64, BTreeSet<u32>>,
@@ -57,7 +59,6 @@ pub fn servers_by_port(
         });
         groups.push(merged);
     }
-    by_port.retain(|_, g| g.len() > 1);
     by_port
 }
 
@@ -90,8 +91,10 @@ fn socket_holders() -> Result<BTreeMap<u64, BTreeSet<u32>>> {
     Ok(holders)
 }
 
-/// Fails if a cached port has UDP sockets of more than one server in this namespace, naming them.
-pub fn check_one_server(ports: &[u16]) -> Result<()> {
+/// The server holding the cached ports' UDP sockets in this namespace: its process (the newest
+/// of a group, the one a supervisor started), or None if no process holds one. Fails if a port
+/// has sockets of more than one server, or two ports of different servers, naming them.
+pub fn the_server(ports: &[u16]) -> Result<Option<u32>> {
     let mut sockets = Vec::new();
     for f in ["/proc/self/net/udp", "/proc/self/net/udp6"] {
         // an IPv6-less kernel has no udp6
@@ -100,11 +103,28 @@ pub fn check_one_server(ports: &[u16]) -> Result<()> {
         }
     }
     if sockets.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
-    let shared = servers_by_port(&sockets, &socket_holders()?);
-    let Some((port, groups)) = shared.iter().next() else {
-        return Ok(());
+    // every port's sockets as one port's: one server for them all
+    let all: Vec<(u16, u64)> = sockets.iter().map(|(_, i)| (0, *i)).collect();
+    let holders = socket_holders()?;
+    let by_port = servers_by_port(&sockets, &holders);
+    let one = servers_by_port(&all, &holders);
+    let shared = by_port
+        .iter()
+        .find(|(_, g)| g.len() > 1)
+        .map(|(p, g)| (format!("UDP port {p} is"), g))
+        .or_else(|| {
+            one.get(&0)
+                .filter(|g| g.len() > 1)
+                .map(|g| ("the cached UDP ports are".to_string(), g))
+        });
+    let Some((what, groups)) = shared else {
+        return Ok(one
+            .get(&0)
+            .and_then(|g| g.first())
+            .and_then(|g| g.last())
+            .copied());
     };
     let name = |pid: &u32| {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -115,9 +135,9 @@ pub fn check_one_server(ports: &[u16]) -> Result<()> {
         .map(|g| g.iter().map(name).collect::<Vec<_>>().join(", "))
         .collect();
     anyhow::bail!(
-        "UDP port {port} is held by {} servers in this namespace: {}; they would share one \
-         kernel cache, and a get to one could be answered with another's value (give each \
-         server its own port or namespace)",
+        "{what} held by {} servers in this namespace: {}; they would share one kernel cache, \
+         and a get to one could be answered with another's value (give each server its own \
+         port or namespace)",
         groups.len(),
         said.join("; ")
     )
@@ -156,27 +176,33 @@ mod tests {
             (5, set(&[300])),
         ]
         .into();
+        let servers = |s: &[(u16, u64)], h: &BTreeMap<u64, BTreeSet<u32>>| {
+            servers_by_port(s, h)
+                .into_iter()
+                .map(|(p, g)| (p, g.len()))
+                .collect::<Vec<_>>()
+        };
         // one memcached's sockets (two addresses, say): one server
-        assert!(servers_by_port(&[(11211, 1), (11211, 2)], &holders).is_empty());
+        assert_eq!(servers(&[(11211, 1), (11211, 2)], &holders), [(11211, 1)]);
         // a handed-down socket and the server's own: one server
-        assert!(servers_by_port(&[(11211, 3), (11211, 4)], &holders).is_empty());
-        // two servers on one port; another port's socket does not count
+        assert_eq!(servers(&[(11211, 3), (11211, 4)], &holders), [(11211, 1)]);
+        // two servers on one port; another port's socket is its port's alone
         let two = servers_by_port(&[(11211, 1), (11211, 5), (11212, 4)], &holders);
-        assert_eq!(two.len(), 1);
         assert_eq!(two[&11211], vec![set(&[100]), set(&[300])]);
+        assert_eq!(two[&11212], vec![set(&[200])]);
         // groups joined by a socket that two of them hold
-        let joined = servers_by_port(
-            &[(11211, 1), (11211, 4), (11211, 3), (11211, 2)],
-            &[
-                (1, set(&[100])),
-                (2, set(&[100])),
-                (3, set(&[100, 200])),
-                (4, set(&[200])),
-            ]
-            .into(),
+        let joined: BTreeMap<u64, BTreeSet<u32>> = [
+            (1, set(&[100])),
+            (2, set(&[100])),
+            (3, set(&[100, 200])),
+            (4, set(&[200])),
+        ]
+        .into();
+        assert_eq!(
+            servers(&[(11211, 1), (11211, 4), (11211, 3), (11211, 2)], &joined),
+            [(11211, 1)]
         );
-        assert!(joined.is_empty(), "{joined:?}");
         // a socket no visible process holds is not a server of its own
-        assert!(servers_by_port(&[(11211, 1), (11211, 9)], &holders).is_empty());
+        assert_eq!(servers(&[(11211, 1), (11211, 9)], &holders), [(11211, 1)]);
     }
 }

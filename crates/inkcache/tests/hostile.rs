@@ -195,34 +195,32 @@ fn gets_to_an_address_the_server_does_not_listen_on_are_not_answered() {
     assert_eq!(rig.stat("not_host"), not_host + 1, "not counted");
 }
 
-/// Two servers on one cached port (memcached `-l A` beside another `-l B`) would share one kernel
-/// cache, and a get to one could be answered with a value the other replied (seen before this
-/// check: a get to A answered with B's value). Attach refuses, naming both; with one gone, it
-/// attaches (and lists the subnet both addresses are in once in its default allowlist).
-#[test]
-fn attach_refuses_two_servers_on_one_port() {
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+/// A second memcached in the server's namespace, on the rig's port and `addr` only (added to the
+/// server's interface); killed on drop.
+struct Second(std::process::Child);
+
+impl Drop for Second {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
-    let mut rig = Rig::with_server(&["-l", "198.18.0.1,127.0.0.1"]).unwrap();
+}
+
+fn second_server(rig: &Rig, addr: &str) -> Second {
     testkit::sh(rig.pair.server.cmd("ip").args([
         "addr",
         "add",
-        "198.18.0.5/24",
+        &format!("{addr}/24"),
         "dev",
         &rig.pair.srv_if,
     ]))
     .unwrap();
     let port = PORT.to_string();
-    let other = Killed(
+    let second = Second(
         rig.pair
             .server
             .cmd("/usr/bin/memcached")
-            .args(["-u", "root", "-l", "198.18.0.5", "-p", &port, "-U", &port])
+            .args(["-u", "root", "-l", addr, "-p", &port, "-U", &port])
             .args(["-t", "1", "-m", "8"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -231,7 +229,7 @@ fn attach_refuses_two_servers_on_one_port() {
             .expect("starting a second memcached"),
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    let to = std::net::SocketAddr::from(([198, 18, 0, 5], PORT));
+    let to = std::net::SocketAddr::new(addr.parse().unwrap(), PORT);
     while !rig
         .pair
         .server
@@ -243,6 +241,17 @@ fn attach_refuses_two_servers_on_one_port() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    second
+}
+
+/// Two servers on one cached port (memcached `-l A` beside another `-l B`) would share one kernel
+/// cache, and a get to one could be answered with a value the other replied (seen before this
+/// check: a get to A answered with B's value). Attach refuses, naming both; with one gone, it
+/// attaches (and lists the subnet both addresses are in once in its default allowlist).
+#[test]
+fn attach_refuses_two_servers_on_one_port() {
+    let mut rig = Rig::with_server(&["-l", "198.18.0.1,127.0.0.1"]).unwrap();
+    let other = second_server(&rig, "198.18.0.5");
     let err = rig.attach(&[]).expect_err("attached over two servers");
     let said = err.to_string();
     assert!(
@@ -262,6 +271,44 @@ fn attach_refuses_two_servers_on_one_port() {
         .collect();
     let once: std::collections::BTreeSet<&str> = nets.iter().copied().collect();
     assert!(!nets.is_empty() && nets.len() == once.len(), "{row}");
+}
+
+/// A second server binding the cached port after attach would share the kernel cache too: while
+/// its sockets are open the kernel answers and fills nothing (counted `shared_port`), and each get
+/// is answered by the server it was sent to, with that server's value; once it is gone, the
+/// kernel answers again.
+#[test]
+fn a_second_server_on_the_port_stops_the_kernel_answering() {
+    testkit::require_tool!("/usr/bin/python3");
+    let mut rig = Rig::with_server(&["-l", "198.18.0.1,127.0.0.1"]).unwrap();
+    rig.attach(&[]).unwrap();
+    set(&rig, "two", 0, b"first");
+    cache_it(&rig, "two");
+    let other = second_server(&rig, "198.18.0.5");
+    assert!(rig.stat("shared_port") >= 1, "{}", rig.stats());
+    let stored = rig.client(|| {
+        let mut s = TcpStream::connect(("198.18.0.5", PORT)).unwrap();
+        s.write_all(b"set two 0 0 6\r\nsecond\r\n").unwrap();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    });
+    assert_eq!(stored, "STORED\r\n");
+    let hits = rig.stat("hits");
+    for _ in 0..2 {
+        for (to, value) in [("198.18.0.5", "second"), ("198.18.0.1", "first")] {
+            let want = format!("VALUE two 0 {}\r\n{value}\r\nEND\r\n", value.len());
+            let got = craft(&rig, "two", "198.18.0.2", to, None, &[]);
+            assert_eq!(got.as_deref(), Some(want.as_str()), "a get to {to}");
+        }
+    }
+    assert_eq!(
+        rig.stat("hits"),
+        hits,
+        "the kernel answered with two servers"
+    );
+    drop(other);
+    cache_it(&rig, "two"); // a kernel hit again
 }
 
 /// The interface's addresses are read at attach. One removed later is no longer the host's: a
