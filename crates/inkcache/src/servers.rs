@@ -91,8 +91,8 @@ fn socket_holders() -> Result<BTreeMap<u64, BTreeSet<u32>>> {
     Ok(holders)
 }
 
-/// The server holding the cached ports' UDP sockets in this namespace: its process (the newest
-/// of a group, the one a supervisor started), or None if no process holds one. Fails if a port
+/// The server holding the cached ports' UDP sockets in this namespace: its process (of a group,
+/// the highest PID: usually the one a supervisor started), or None if no process holds one. Fails if a port
 /// has sockets of more than one server, or two ports of different servers, naming them.
 pub fn the_server(ports: &[u16]) -> Result<Option<u32>> {
     let mut sockets = Vec::new();
