@@ -15,8 +15,8 @@ pub struct AttachOpts {
     /// Interface the server is reached on (repeat for several; they share one cache).
     #[arg(long = "iface", required = true)]
     pub ifaces: Vec<String>,
-    /// memcached port, UDP and TCP (repeat for several). One server per port: attach refuses a
-    /// port whose UDP sockets two servers hold.
+    /// memcached port, UDP and TCP (repeat for several, of one server: attach refuses ports
+    /// whose UDP sockets two servers hold, as they would share one cache).
     #[arg(long = "port", default_values_t = [11211u16], value_parser = parse_port)]
     pub ports: Vec<u16>,
     /// Sources the kernel may answer (repeat); default: the interfaces' connected subnets.
