@@ -3,8 +3,9 @@
  * ports), none of which needs user space to be running:
  *  - the server stopping or (re)starting empties the cache: a listening or UDP socket bound to a
  *    cached port is released, or a socket binds to one; both happen before a new server answers;
- *  - one server per cached port: a socket another process binds there while the server's are open
- *    (a second server, which would share the cache) stops all answers and fills while it is;
+ *  - one server per attachment: a socket another process binds to a cached port while the
+ *    server's are open (a second server, which would share the cache) stops all answers and
+ *    fills while it is;
  *  - each TCP connection the server accepts is followed: socket ops open its state in `conns` and
  *    put it in the conn_socks sockhash, whose stream verdict (inkcache_requests.bpf.c) then walks
  *    every byte it delivers to the server; its state goes when it closes (not in cooperative
