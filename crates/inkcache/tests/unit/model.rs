@@ -127,3 +127,42 @@ fn every_kind_of_get_moves_an_item_about_to_be_overwritten() {
     f.assert_hit(&fl, "pr:three", 5, b"pr:three");
     assert_eq!(f.stats().promoted, p0 + 4, "moved twice");
 }
+
+/// A way keeps 32 bits of its item's log position and the lookups take the rest from the head
+/// (bpf/table.h's full_pos): items are found, by 1-key and multi-key gets, wherever the head has
+/// come to, across the 32-bit wrap of positions (64 GiB written) and far past it.
+#[test]
+fn items_are_found_across_the_wrap_of_log_positions() {
+    let f = fx();
+    let fl = Flow::v4();
+    let unit = inkcache::abi::SEG_UNITS as u64;
+    let value = vec![b'w'; 400]; // too large for a hot slot: every hit reads the log
+    let put = |at: u64, key: &str| {
+        let mut g = f.global();
+        g.head = at;
+        f.set_global(&g);
+        f.fill(&fl, key, 3, &value);
+    };
+    let hit_both = |a: &str, b: &str| {
+        f.assert_hit(&fl, a, 3, &value);
+        f.assert_hit(&fl, b, 3, &value);
+        let (act, reply) = f.request(&fl, format!("get {a} {b}\r\n").as_bytes());
+        assert_eq!(
+            act,
+            XDP_TX,
+            "get {a} {b}: not a kernel hit: {:?}",
+            f.stats()
+        );
+        let mut want = value_reply(a, 3, &value);
+        want.truncate(want.len() - 5); // the first item's "END\r\n"
+        want.extend_from_slice(&value_reply(b, 3, &value));
+        assert_eq!(reply.unwrap(), want, "get {a} {b}");
+    };
+    for (i, wrap) in [1u64 << 32, 7 << 32, 1 << 44].into_iter().enumerate() {
+        // one item a segment and more before the wrap, the next just past it
+        let (a, b) = (format!("wrap:{i}:before"), format!("wrap:{i}:after"));
+        put(wrap - unit - 900, &a);
+        put(wrap + 100, &b);
+        hit_both(&a, &b);
+    }
+}
