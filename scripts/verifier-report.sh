@@ -28,7 +28,9 @@ dir=$2
 
 case $mode in
 build)
-    command -v clang >/dev/null || die "clang is missing (make deps)"
+    # the compiler crates/inkcache/build.rs takes: $INKCACHE_CLANG, else clang-14, else clang
+    cc=${INKCACHE_CLANG:-$(command -v clang-14 || command -v clang || true)}
+    [ -n "$cc" ] || die "clang is missing (make deps)"
     inc=$(find "$ROOT/target/" -path '*/libbpf-sys-*/out/include/bpf/bpf_helpers.h' 2>/dev/null | head -1)
     [ -n "$inc" ] || die "no libbpf headers under target/ (run cargo build first)"
     inc=$(dirname "$(dirname "$inc")")
@@ -40,7 +42,7 @@ build)
         name=$(basename "$src" .bpf.c)
         cpu=()
         [ "$name" = inkcache_xdp ] && cpu=(-mcpu=v3) # as crates/inkcache/build.rs (ISA_V3)
-        clang "${cpu[@]}" -g -O2 -target bpf -D__TARGET_ARCH_x86 -I"$inc" -I"/usr/include/$arch" \
+        "$cc" "${cpu[@]}" -g -O2 -target bpf -D__TARGET_ARCH_x86 -I"$inc" -I"/usr/include/$arch" \
             -I"$ROOT/bpf" -I"$(dirname "$vml")" -Wall -Werror -c "$src" -o "$dir/$name.o"
     done
     ls "$dir"/*.o

@@ -11,6 +11,40 @@ use libbpf_cargo::SkeletonBuilder;
 /// at its 1M-instruction limit. scripts/verifier-report.sh builds with the same flags.
 const ISA_V3: &[&str] = &["inkcache_xdp"];
 
+/// The clang the objects are built with: `$INKCACHE_CLANG` if set, else `clang-14` where
+/// installed, else `clang` if it is clang 14 (Debian 12's). The code's shape (how loops are
+/// bounded, which values go through map memory) is fitted to what clang 14 emits and what the
+/// verifier can follow: newer clangs' objects are refused at its 1M-instruction budget (clang
+/// 15 and 16: inkcache_answers; clang 19: inkcache_xdp, inkcache_answers and inkcache_requests;
+/// docs/results/hitcost.md, thirty-fourth run). So another version stops the build here, saying
+/// so, rather than at attach; INKCACHE_CLANG names one anyway, to try it.
+fn clang() -> PathBuf {
+    println!("cargo:rerun-if-env-changed=INKCACHE_CLANG");
+    if let Some(c) = env::var_os("INKCACHE_CLANG") {
+        return PathBuf::from(c);
+    }
+    if clang_major("clang-14") == Some(14) {
+        return PathBuf::from("clang-14");
+    }
+    match clang_major("clang") {
+        Some(14) => PathBuf::from("clang"),
+        Some(v) => panic!(
+            "inkcache's eBPF objects need clang 14 (Debian 12's): clang {v}'s are refused by the \
+             verifier (docs/results/hitcost.md, thirty-fourth run); install clang-14, or set \
+             INKCACHE_CLANG to try another"
+        ),
+        None => panic!("clang 14 is missing (make deps installs it)"),
+    }
+}
+
+/// The major version `clang --version` prints ("Debian clang version 14.0.6"), if it runs.
+fn clang_major(clang: &str) -> Option<u32> {
+    let out = Command::new(clang).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = text.split("clang version ").nth(1)?;
+    v.split('.').next()?.trim().parse().ok()
+}
+
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../bpf");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
@@ -48,6 +82,7 @@ fn main() {
         String::from_utf8_lossy(&btf.stderr)
     );
     std::fs::write(vmlinux.join("vmlinux.h"), btf.stdout).unwrap();
+    let clang = clang();
     for name in &names {
         let src = root.join(format!("{name}.bpf.c"));
         let mut args = vec![
@@ -62,6 +97,7 @@ fn main() {
         }
         SkeletonBuilder::new()
             .source(&src)
+            .clang(&clang)
             .clang_args(args)
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
