@@ -190,16 +190,19 @@ pub fn load<'obj>(
     allow: &[IpNet],
     st: &'obj mut ObjStorage,
 ) -> Result<Loaded<'obj>> {
-    load_as(opts, allow, st, None)
+    load_as(opts, allow, st, None, 0)
 }
 
 /// [`load`], with the XDP program loaded as an extension (freplace) of function `ext.1` of the
-/// XDP dispatcher `ext.0` when `ext` is given.
+/// XDP dispatcher `ext.0` when `ext` is given, and `server_tgid` (0: none yet) the process whose
+/// sockets the iterators will find: the socket hooks take a bind by another while those are open
+/// for a second server's (bpf/inkcache_sock.bpf.c).
 fn load_as<'obj>(
     opts: &AttachOpts,
     allow: &[IpNet],
     st: &'obj mut ObjStorage,
     ext: Option<(BorrowedFd<'_>, String)>,
+    server_tgid: u32,
 ) -> Result<Loaded<'obj>> {
     let layout = Layout::for_budget(opts.cache_mb, opts.item_bytes);
     let seed = opts.hash_seed.map_or_else(random_seed, Ok)?;
@@ -318,6 +321,7 @@ fn load_as<'obj>(
             |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
         let g = skel::xdp::types::ink_global {
             realtime_off_ns: (ns(rt) - ns(mono)) as i64,
+            server_tgid,
             ..Default::default()
         };
         xdp.maps
@@ -426,7 +430,7 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     }
     let mut storage = ObjStorage::default();
     let ext = plans.iter().flatten().next().map(|d| d.target());
-    let loaded = load_as(opts, &allow, &mut storage, ext)?;
+    let loaded = load_as(opts, &allow, &mut storage, ext, server.unwrap_or(0))?;
 
     // what each interface is (MAC, addresses), for "would the host deliver this?" (bpf/host.h):
     // every one before any VLAN device (attach_one), which then finds the interfaces' slots
@@ -434,18 +438,6 @@ pub fn attach(opts: &AttachOpts) -> Result<Vec<AttachInfo>> {
     // at once
     for t in &targets {
         crate::host::publish(&loaded.xdp.maps.ifaces, t.ifindex, &t.iface)?;
-    }
-    if let Some(pid) = server {
-        // the process whose sockets the iterators will find: the socket hooks take a bind by
-        // another while those are open for a second server's (bpf/inkcache_sock.bpf.c)
-        let m = &loaded.xdp.maps.global;
-        let v = m
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
-            .unwrap_or_default();
-        let mut g: skel::xdp::types::ink_global =
-            crate::abi::from_bytes(&v).context("reading the global state")?;
-        g.server_tgid = pid;
-        m.update(&0u32.to_ne_bytes(), crate::abi::bytes_of(&g), MapFlags::ANY)?;
     }
     let cg_links = attach_server_hooks(&loaded)?;
 
