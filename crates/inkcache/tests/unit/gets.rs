@@ -189,13 +189,9 @@ fn multi_key_gets_that_all_hit_are_one_reply() {
         }
         let (a, p) = f.request(&fl, format!("get {}\r\n", keys.join(" ")).as_bytes());
         assert_eq!(a, XDP_TX, "{n} keys");
-        let mut want = Vec::new();
-        for k in &keys {
-            let r = value_reply(k, 0, k.as_bytes());
-            want.extend_from_slice(&r[..r.len() - 5]);
-        }
-        want.extend_from_slice(b"END\r\n");
-        assert_eq!(p.unwrap(), want, "{n} keys");
+        let items: Vec<(&str, u32, &[u8])> =
+            keys.iter().map(|k| (k.as_str(), 0, k.as_bytes())).collect();
+        assert_eq!(p.unwrap(), values_reply(&items), "{n} keys");
     }
 }
 
@@ -216,13 +212,11 @@ fn multi_key_gets_hit_with_keys_of_every_length() {
         let what = format!("keys of {} and {} bytes", pair[0].len(), pair[1].len());
         let (a, p) = f.request(&fl, format!("get {} {}\r\n", pair[0], pair[1]).as_bytes());
         assert_eq!(a, XDP_TX, "{what}");
-        let mut want = Vec::new();
-        for k in pair {
-            let r = value_reply(k, 3, &k.as_bytes()[..5.min(k.len())]);
-            want.extend_from_slice(&r[..r.len() - 5]);
-        }
-        want.extend_from_slice(b"END\r\n");
-        assert_eq!(p.unwrap(), want, "{what}");
+        let items: Vec<(&str, u32, &[u8])> = pair
+            .iter()
+            .map(|k| (k.as_str(), 3, &k.as_bytes()[..5.min(k.len())]))
+            .collect();
+        assert_eq!(p.unwrap(), values_reply(&items), "{what}");
     }
 }
 

@@ -27,9 +27,19 @@ pub fn next_id() -> u16 {
 
 /// memcached's answer to `get key` holding (flags, value).
 pub fn value_reply(key: &str, flags: u32, value: &[u8]) -> Vec<u8> {
-    let mut v = format!("VALUE {key} {flags} {}\r\n", value.len()).into_bytes();
-    v.extend_from_slice(value);
-    v.extend_from_slice(b"\r\nEND\r\n");
+    values_reply(&[(key, flags, value)])
+}
+
+/// memcached's answer to a get of several keys, each holding (flags, value): their VALUE lines
+/// and data in order, then one END.
+pub fn values_reply(items: &[(&str, u32, &[u8])]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (key, flags, value) in items {
+        v.extend_from_slice(format!("VALUE {key} {flags} {}\r\n", value.len()).as_bytes());
+        v.extend_from_slice(value);
+        v.extend_from_slice(b"\r\n");
+    }
+    v.extend_from_slice(b"END\r\n");
     v
 }
 

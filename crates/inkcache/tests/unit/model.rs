@@ -109,9 +109,7 @@ fn every_kind_of_get_moves_an_item_about_to_be_overwritten() {
     let before = [at("pr:two"), at("pr:three")];
     let (a, reply) = f.request(&fl, b"get pr:two pr:three\r\n");
     assert_eq!(a, XDP_TX, "{:?}", f.stats());
-    let mut want = value_reply("pr:two", 5, b"pr:two");
-    want.truncate(want.len() - 5); // the first item's "END\r\n"
-    want.extend_from_slice(&value_reply("pr:three", 5, b"pr:three"));
+    let want = values_reply(&[("pr:two", 5, &b"pr:two"[..]), ("pr:three", 5, b"pr:three")]);
     assert_eq!(reply.unwrap(), want);
     moved("2-key get", &["pr:two", "pr:three"], &before, p0 + 3);
 
@@ -153,9 +151,7 @@ fn items_are_found_across_the_wrap_of_log_positions() {
             "get {a} {b}: not a kernel hit: {:?}",
             f.stats()
         );
-        let mut want = value_reply(a, 3, &value);
-        want.truncate(want.len() - 5); // the first item's "END\r\n"
-        want.extend_from_slice(&value_reply(b, 3, &value));
+        let want = values_reply(&[(a, 3, &value[..]), (b, 3, &value[..])]);
         assert_eq!(reply.unwrap(), want, "get {a} {b}");
     };
     for (i, wrap) in [1u64 << 32, 7 << 32, 1 << 44].into_iter().enumerate() {
