@@ -228,19 +228,8 @@ fn second_server(rig: &Rig, addr: &str) -> Second {
             .spawn()
             .expect("starting a second memcached"),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
     let to = std::net::SocketAddr::new(addr.parse().unwrap(), PORT);
-    while !rig
-        .pair
-        .server
-        .run(|| TcpStream::connect_timeout(&to, Duration::from_millis(200)).is_ok())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the second memcached did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    testkit::wait_listening(&rig.pair.server, to, "the second memcached").unwrap();
     second
 }
 

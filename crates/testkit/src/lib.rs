@@ -195,6 +195,19 @@ pub fn server_program() -> PathBuf {
     }
 }
 
+/// Waits up to 10 s until a TCP connection to `addr` from namespace `ns` is accepted: a server
+/// `what` started there is listening.
+pub fn wait_listening(ns: &Netns, addr: SocketAddr, what: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ns.run(|| TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()) {
+        if Instant::now() > deadline {
+            bail!("{what} did not start listening on {addr}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// A memcached-protocol server (UDP and TCP on one port) inside a namespace; killed on drop.
 pub struct Server {
     child: Option<Child>,
@@ -235,19 +248,8 @@ impl Server {
             .with_context(|| format!("starting {}", prog.display()))?;
         self.child = Some(child);
         // Ready when TCP accepts.
-        let deadline = Instant::now() + Duration::from_secs(10);
         let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.port);
-        while !ns.run(|| TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()) {
-            if Instant::now() > deadline {
-                bail!(
-                    "{} did not start listening on port {}",
-                    prog.display(),
-                    self.port
-                );
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
+        wait_listening(ns, addr, &prog.display().to_string())
     }
 
     /// Kills the server (SIGKILL) and waits for it.
