@@ -123,3 +123,41 @@ fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
     assert_eq!(bpf_stats_sysctl_on(), before, "the sysctl changed");
     assert!(no_holder_left(), "a statistics holder was left running");
 }
+
+#[test]
+fn live_access_prints_each_variant_and_leaves_the_statistics_off() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let before = bpf_stats_sysctl_on();
+    let variants = ["echo", "fixed-16-pages", "pick-of-100-pages", "key-24mb"];
+    let (ok, text) = run(
+        "live-access.sh",
+        &[
+            ("ROUNDS", "1"),
+            ("SECS", "1"),
+            ("KEYS", "2000"),
+            ("VARIANTS", &variants.join(" ")),
+        ],
+    );
+    assert!(ok, "live-access.sh failed:\n{text}");
+    for v in variants {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("round 1: {v}: ")))
+            .unwrap_or_else(|| panic!("no line for {v}:\n{text}"));
+        let ns: u64 = line
+            .split(": ")
+            .nth(2)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        let packets: u64 = line
+            .split('(')
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(ns > 0 && packets > 0, "{line}");
+    }
+    assert_eq!(bpf_stats_sysctl_on(), before, "the sysctl changed");
+    assert!(no_holder_left(), "a statistics holder was left running");
+}

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* What memory costs an XDP program live on this machine: the echo of bpf/lab/echo.bpf.c (a UDP
+ * datagram to port 11211 sent back, XDP_TX) after reads chosen at build time (-D, by
+ * scripts/live-access.sh), so that only the reads differ from the echo floor. Measurement only:
+ * built and loaded by that script, never by the control plane.
+ *
+ *   MODE_FIXED: K reads, the same lines on every packet, STRIDE bytes apart (4096: K pages, 64:
+ *     K lines of few pages); with DEP each read's address depends on the one before.
+ *   MODE_PICK: one read of one of N lines, STRIDE bytes apart, drawn at random for each packet.
+ *   MODE_KEY: the get's key (32 bytes after "get ") hashed, then the kernel cache's reads at the
+ *     key's places: a set line in the first half of SPAN bytes and a hot slot's two lines in the
+ *     second half, in parallel (bpf/table.h's lookup); with COMPACT, one line in a table of
+ *     COMPACT bytes instead. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define SEG (1u << 20) /* one map value: reads are offsets into consecutive values */
+
+#ifndef K
+#define K 1
+#endif
+#ifndef N
+#define N 1
+#endif
+#ifndef STRIDE
+#define STRIDE 4096
+#endif
+#ifndef SPAN
+#define SPAN (24u << 20)
+#endif
+
+#if defined(MODE_FIXED)
+#define BYTES ((__u64)K * STRIDE)
+#elif defined(MODE_PICK)
+#define BYTES ((__u64)N * STRIDE)
+#else
+#define BYTES ((__u64)SPAN)
+#endif
+
+struct seg {
+	__u8 b[SEG];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct seg);
+	__uint(max_entries, BYTES / SEG + 1);
+} mem SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} sink SEC(".maps");
+
+/* Eight bytes at byte `off` of the map (0 outside it). */
+static __always_inline __u64 load_at(__u64 off)
+{
+	__u32 si = off / SEG;
+	struct seg *s = bpf_map_lookup_elem(&mem, &si);
+	__u64 o = off;
+
+	if (!s)
+		return 0;
+	asm volatile("" : "+r"(o));
+	o &= SEG - 64;
+	asm volatile("" : "+r"(o)); /* the mask kept on the register used */
+	if (o > SEG - 64)
+		return 0;
+	return *(volatile __u64 *)((__u8 *)s + o);
+}
+
+static __always_inline __u64 reads(struct udphdr *udp, void *data_end)
+{
+	__u64 acc = 0;
+
+#if defined(MODE_FIXED)
+#pragma unroll
+	for (int i = 0; i < K; i++) {
+#ifdef DEP
+		acc += load_at((__u64)i * STRIDE + (acc & 7));
+#else
+		acc += load_at((__u64)i * STRIDE);
+#endif
+	}
+#elif defined(MODE_PICK)
+	acc = load_at((__u64)(bpf_get_prandom_u32() % N) * STRIDE);
+#elif defined(MODE_KEY)
+	__u64 *k = (void *)(udp + 1) + 12; /* the frame header's 8 bytes, "get " */
+	__u64 h = 0x9E3779B97F4A7C15ULL;
+
+	if ((void *)(k + 4) > data_end)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		h ^= k[i];
+		h *= 0xff51afd7ed558ccdULL;
+		h ^= h >> 29;
+	}
+#ifdef COMPACT
+	acc = load_at(((h >> 32) * (COMPACT / 64) >> 32) * 64);
+#else
+	__u64 slot = SPAN / 2 + ((h & 0xffffffff) * (SPAN / 2 / 256) >> 32) * 256;
+
+	acc = load_at(((h >> 32) * (SPAN / 2 / 64) >> 32) * 64);
+	acc += load_at(slot) + load_at(slot + 64);
+#endif
+#endif
+	return acc;
+}
+
+SEC("xdp")
+int live_access(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+	struct udphdr *udp = (void *)(ip + 1);
+	__u32 zero = 0;
+	__u64 *out;
+	__u8 mac[ETH_ALEN];
+	__be32 a;
+	__u16 p;
+
+	if ((void *)(udp + 1) + 8 > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    ip->ihl != 5 || ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(11211))
+		return XDP_PASS;
+	out = bpf_map_lookup_elem(&sink, &zero);
+	if (out)
+		*out = reads(udp, data_end); /* kept: the reads are made */
+	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+	p = udp->source;
+	udp->source = udp->dest;
+	udp->dest = p;
+	udp->check = 0; /* as the echo floor: IPv4 lets UDP go without */
+	a = ip->saddr;
+	ip->saddr = ip->daddr;
+	ip->daddr = a;
+	return XDP_TX;
+}
+
+/* For the client's end: a veth delivers XDP_TX's frames only to a peer with an XDP program. */
+SEC("xdp")
+int live_pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}

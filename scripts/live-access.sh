@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# What memory costs an XDP program live on this machine, apart from any kernel cache's code
+# (issue 11; docs/results/hitcost.md, thirty-fifth run): the echo floor alone, then the echo after
+# the reads of scripts/live-access.bpf.c, each variant built with clang and attached in turn to
+# the server veth of the benchmark topology (client on CPU0, the server veth's threaded NAPI on
+# CPU1, the client veth's on CPU0; no server process: the echo answers). inkbench sends UDP gets
+# of 32-byte keys drawn Zipf 0.99 from KEYS (default 100,000), 32 in flight; the variant's
+# bpf_stats run time per packet is printed, ROUNDS (default 2) rounds of SECS (default 4)
+# seconds, the variants alternated. Usage (root; after `make build`, whose libbpf headers, in
+# $BIN/build, the variants use):
+#   scripts/live-access.sh [VARIANT...]     (default: $VARIANTS, else all of them; names below)
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+BIN=${BIN:-target/release}
+ROUNDS=${ROUNDS:-2}
+SECS=${SECS:-4}
+KEYS=${KEYS:-100000}
+HERE=$(cd "$(dirname "$0")" && pwd)
+declare -A FLAGS=(
+    [echo]="-DMODE_FIXED -DK=0"
+    [fixed-16-pages]="-DMODE_FIXED -DK=16"
+    [fixed-32-pages]="-DMODE_FIXED -DK=32"
+    [fixed-32-lines]="-DMODE_FIXED -DK=32 -DSTRIDE=64"
+    [chain-32-pages]="-DMODE_FIXED -DK=32 -DDEP"
+    [pick-of-100-lines]="-DMODE_PICK -DN=100 -DSTRIDE=64"
+    [pick-of-100-pages]="-DMODE_PICK -DN=100"
+    [pick-of-1000-pages]="-DMODE_PICK -DN=1000"
+    [pick-of-10000-pages]="-DMODE_PICK -DN=10000"
+    [key-24mb]="-DMODE_KEY -DSPAN=(24u<<20)"
+    [key-12mb]="-DMODE_KEY -DSPAN=(12u<<20)"
+    [key-compact-512kb]="-DMODE_KEY -DCOMPACT=(512u<<10)"
+)
+ORDER=(echo fixed-16-pages fixed-32-pages fixed-32-lines chain-32-pages pick-of-100-lines
+    pick-of-100-pages pick-of-1000-pages pick-of-10000-pages key-24mb key-12mb key-compact-512kb)
+# shellcheck disable=SC2086 # VARIANTS is a list of words
+[ $# -gt 0 ] || set -- ${VARIANTS:-${ORDER[*]}}
+for v in "$@"; do
+    [ -n "${FLAGS[$v]:-}" ] || { echo "live-access: no variant $v (${ORDER[*]})" >&2; exit 2; }
+done
+INC=$(ls -d "$BIN"/build/libbpf-sys-*/out/include 2> /dev/null | head -1)
+[ -n "$INC" ] || { echo "live-access: libbpf's headers not found: run make build first" >&2; exit 1; }
+CLANG=$(command -v clang-14 || command -v clang)
+
+bench_lock
+id=$$
+SRV=la-s$id CLI=la-c$id SIF=las$id CIF=lac$id
+OUT=$(mktemp -d)
+trap 'bpf_stats_release; netns_del "$SRV" "$CLI"; rm -rf "$OUT"' EXIT
+for v in "$@"; do
+    # shellcheck disable=SC2086 # the flags are words
+    "$CLANG" -O2 -g -target bpf -I/usr/include/x86_64-linux-gnu -I"$INC" ${FLAGS[$v]} \
+        -c "$HERE/live-access.bpf.c" -o "$OUT/$v.o"
+done
+netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
+ip -n "$CLI" link set dev "$CIF" xdp obj "$OUT/echo.o" program live_pass
+bpf_stats_hold
+prog_run() { # "run_time_ns run_cnt" of the program on SIF
+    local pid
+    pid=$(ip netns exec "$SRV" bpftool -j net show dev "$SIF" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["xdp"][0]["id"])')
+    bpftool prog show id "$pid" -j |
+        python3 -c 'import json, sys; p = json.load(sys.stdin); print(p.get("run_time_ns", 0), p.get("run_cnt", 0))'
+}
+gets() { # seconds
+    ip netns exec "$CLI" taskset -c 0 "$BIN/inkbench" run --server 198.18.0.1:11211 --proto udp \
+        --get-ratio 1 --keys "$KEYS" --key-size 32 --value-size 32 --popularity zipf:0.99 \
+        --duration "$1s" --warmup 0s --inflight 32 --no-server-stats --json > /dev/null
+}
+for round in $(seq "$ROUNDS"); do
+    for v in "$@"; do
+        ip -n "$SRV" link set dev "$SIF" xdp off
+        ip -n "$SRV" link set dev "$SIF" xdp obj "$OUT/$v.o" program live_access
+        napi_thread "$SRV" "$SIF" 1
+        napi_thread "$CLI" "$CIF" 0
+        gets 1 # the map's pages touched once, the threads settled
+        a=$(prog_run)
+        gets "$SECS"
+        b=$(prog_run)
+        python3 -c 'import sys
+(t0, n0), (t1, n1) = (map(int, x.split()) for x in sys.argv[1:3])
+print(f"round {sys.argv[3]}: {sys.argv[4]}: {(t1 - t0) / max(n1 - n0, 1):.0f} ns per packet ({n1 - n0} packets)")' \
+            "$a" "$b" "$round" "$v"
+    done
+done
