@@ -9,8 +9,9 @@
  *   MODE_PICK: one read of one of N lines, STRIDE bytes apart, drawn at random for each packet.
  *   MODE_KEY: the get's key (32 bytes after "get ") hashed, then the kernel cache's reads at the
  *     key's places: a set line in the first half of SPAN bytes and a hot slot's two lines in the
- *     second half, in parallel (bpf/table.h's lookup); with COMPACT, one line in a table of
- *     COMPACT bytes instead. */
+ *     second half, in parallel (bpf/table.h's lookup); with BUCKET, the set line and its own
+ *     slot's two lines together, one 192-byte bucket of SPAN; with COMPACT, one line in a table
+ *     of COMPACT bytes instead. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -106,8 +107,12 @@ static __always_inline __u64 reads(struct udphdr *udp, void *data_end)
 		h *= 0xff51afd7ed558ccdULL;
 		h ^= h >> 29;
 	}
-#ifdef COMPACT
+#if defined(COMPACT)
 	acc = load_at(((h >> 32) * (COMPACT / 64) >> 32) * 64);
+#elif defined(BUCKET)
+	__u64 b = ((h >> 32) * (SPAN / 192) >> 32) * 192;
+
+	acc = load_at(b) + load_at(b + 64) + load_at(b + 128);
 #else
 	__u64 slot = SPAN / 2 + ((h & 0xffffffff) * (SPAN / 2 / 256) >> 32) * 256;
 

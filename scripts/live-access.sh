@@ -28,10 +28,13 @@ declare -A FLAGS=(
     [pick-of-10000-pages]="-DMODE_PICK -DN=10000"
     [key-24mb]="-DMODE_KEY -DSPAN=(24u<<20)"
     [key-12mb]="-DMODE_KEY -DSPAN=(12u<<20)"
+    [key-bucket-36mb]="-DMODE_KEY -DBUCKET -DSPAN=(36u<<20)"
     [key-compact-512kb]="-DMODE_KEY -DCOMPACT=(512u<<10)"
+    [key-compact-128kb]="-DMODE_KEY -DCOMPACT=(128u<<10)"
 )
 ORDER=(echo fixed-16-pages fixed-32-pages fixed-32-lines chain-32-pages pick-of-100-lines
-    pick-of-100-pages pick-of-1000-pages pick-of-10000-pages key-24mb key-12mb key-compact-512kb)
+    pick-of-100-pages pick-of-1000-pages pick-of-10000-pages key-24mb key-12mb key-bucket-36mb
+    key-compact-512kb key-compact-128kb)
 # shellcheck disable=SC2086 # VARIANTS is a list of words
 [ $# -gt 0 ] || set -- ${VARIANTS:-${ORDER[*]}}
 for v in "$@"; do
