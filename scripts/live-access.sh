@@ -56,12 +56,14 @@ for v in "$@"; do
 done
 netns_pair "$SRV" "$CLI" "$SIF" "$CIF"
 ip -n "$CLI" link set dev "$CIF" xdp obj "$OUT/echo.o" program live_pass
+napi_thread "$CLI" "$CIF" 0 # the client end's program stays: its NAPI thread too
 bpf_stats_hold
-prog_run() { # "run_time_ns run_cnt" of the program on SIF
-    local pid
-    pid=$(ip netns exec "$SRV" bpftool -j net show dev "$SIF" |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["xdp"][0]["id"])')
-    bpftool prog show id "$pid" -j |
+prog_id() { # the program attached to SIF
+    ip netns exec "$SRV" bpftool -j net show dev "$SIF" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["xdp"][0]["id"])'
+}
+prog_run() { # "run_time_ns run_cnt" of program $1
+    bpftool prog show id "$1" -j |
         python3 -c 'import json, sys; p = json.load(sys.stdin); print(p.get("run_time_ns", 0), p.get("run_cnt", 0))'
 }
 gets() { # seconds
@@ -73,12 +75,12 @@ for round in $(seq "$ROUNDS"); do
     for v in "$@"; do
         ip -n "$SRV" link set dev "$SIF" xdp off
         ip -n "$SRV" link set dev "$SIF" xdp obj "$OUT/$v.o" program live_access
-        napi_thread "$SRV" "$SIF" 1
-        napi_thread "$CLI" "$CIF" 0
+        napi_thread "$SRV" "$SIF" 1 # a new program on a veth: a new NAPI thread
+        pid=$(prog_id)
         gets 1 # the map's pages touched once, the threads settled
-        a=$(prog_run)
+        a=$(prog_run "$pid")
         gets "$SECS"
-        b=$(prog_run)
+        b=$(prog_run "$pid")
         python3 -c 'import sys
 (t0, n0), (t1, n1) = (map(int, x.split()) for x in sys.argv[1:3])
 print(f"round {sys.argv[3]}: {sys.argv[4]}: {(t1 - t0) / max(n1 - n0, 1):.0f} ns per packet ({n1 - n0} packets)")' \

@@ -140,23 +140,19 @@ fn live_access_prints_each_variant_and_leaves_the_statistics_off() {
     );
     assert!(ok, "live-access.sh failed:\n{text}");
     for v in variants {
-        let line = text
+        // "round 1: <variant>: <ns> ns per packet (<packets> packets)"
+        let rest = text
             .lines()
-            .find(|l| l.starts_with(&format!("round 1: {v}: ")))
+            .find_map(|l| l.strip_prefix(&format!("round 1: {v}: ")))
             .unwrap_or_else(|| panic!("no line for {v}:\n{text}"));
-        let ns: u64 = line
-            .split(": ")
-            .nth(2)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{line}"));
-        let packets: u64 = line
-            .split('(')
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{line}"));
-        assert!(ns > 0 && packets > 0, "{line}");
+        let numbers: Vec<u64> = rest
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        assert!(
+            numbers.len() == 2 && numbers.iter().all(|&n| n > 0),
+            "{v}: {rest}"
+        );
     }
     assert_eq!(bpf_stats_sysctl_on(), before, "the sysctl changed");
     assert!(no_holder_left(), "a statistics holder was left running");
