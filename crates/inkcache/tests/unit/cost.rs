@@ -251,7 +251,7 @@ fn hot_hit_cost() {
     };
     let runs = std::cell::Cell::new(0u32);
     let every_200 = || {
-        if runs.get() % 200 == 0 {
+        if runs.get().is_multiple_of(200) {
             f.set_room(&head);
         }
         runs.set(runs.get() + 1);
