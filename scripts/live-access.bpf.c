@@ -11,7 +11,12 @@
  *     key's places: a set line in the first half of SPAN bytes and a hot slot's two lines in the
  *     second half, in parallel (bpf/table.h's lookup); with BUCKET, the set line and its own
  *     slot's two lines together, one 192-byte bucket of SPAN; with COMPACT, one line in a table
- *     of COMPACT bytes instead. */
+ *     of COMPACT bytes instead.
+ *
+ * With DIRECT, the same reads go to memory in the kernel's direct map instead of vmalloc's 4 KiB
+ * pages: the 1 MiB segments are the values of a hash map without preallocation, each allocated
+ * on its own by kmalloc when user space inserts it (the script does, after each attach), and so
+ * mapped by the direct map's large pages; an array map's values are vmalloc'ed. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -50,7 +55,12 @@ struct seg {
 };
 
 struct {
+#ifdef DIRECT
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+#else
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+#endif
 	__type(key, __u32);
 	__type(value, struct seg);
 	__uint(max_entries, BYTES / SEG + 1);

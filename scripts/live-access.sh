@@ -9,6 +9,8 @@
 # seconds, the variants alternated. Usage (root; after `make build`, whose libbpf headers, in
 # $BIN/build, the variants use):
 #   scripts/live-access.sh [VARIANT...]     (default: $VARIANTS, else all of them; names below)
+# A -direct variant makes the same reads in memory of the kernel's direct map (kmalloc'ed hash
+# values, filled by this script) instead of an array map's vmalloc'ed 4 KiB pages.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-target/release}
@@ -31,10 +33,14 @@ declare -A FLAGS=(
     [key-bucket-36mb]="-DMODE_KEY -DBUCKET -DSPAN=(36u<<20)"
     [key-compact-512kb]="-DMODE_KEY -DCOMPACT=(512u<<10)"
     [key-compact-128kb]="-DMODE_KEY -DCOMPACT=(128u<<10)"
+    [pick-of-10000-pages-direct]="-DMODE_PICK -DN=10000 -DDIRECT"
+    [key-24mb-direct]="-DMODE_KEY -DSPAN=(24u<<20) -DDIRECT"
+    [key-bucket-36mb-direct]="-DMODE_KEY -DBUCKET -DSPAN=(36u<<20) -DDIRECT"
 )
 ORDER=(echo fixed-16-pages fixed-32-pages fixed-32-lines chain-32-pages pick-of-100-lines
     pick-of-100-pages pick-of-1000-pages pick-of-10000-pages key-24mb key-12mb key-bucket-36mb
-    key-compact-512kb key-compact-128kb)
+    key-compact-512kb key-compact-128kb pick-of-10000-pages-direct key-24mb-direct
+    key-bucket-36mb-direct)
 # shellcheck disable=SC2086 # VARIANTS is a list of words
 [ $# -gt 0 ] || set -- ${VARIANTS:-${ORDER[*]}}
 for v in "$@"; do
@@ -67,6 +73,28 @@ prog_run() { # "run_time_ns run_cnt" of program $1
     bpftool prog show id "$1" -j |
         python3 -c 'import json, sys; p = json.load(sys.stdin); print(p.get("run_time_ns", 0), p.get("run_cnt", 0))'
 }
+fill_direct() { # program $1's hash map "mem" given all its 1 MiB values (a -direct variant's)
+    python3 - "$1" <<'PY'
+import ctypes, json, subprocess, sys
+def show(*a):
+    return json.loads(subprocess.check_output(["bpftool", "-j", *a]))
+mem = [m for m in (show("map", "show", "id", str(i)) for i in show("prog", "show", "id", sys.argv[1])["map_ids"])
+       if m["name"] == "mem"][0]
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_BPF, MAP_UPDATE_ELEM, MAP_GET_FD_BY_ID = 321, 2, 14
+def bpf(cmd, attr):
+    r = libc.syscall(SYS_BPF, cmd, ctypes.byref(attr), ctypes.sizeof(attr))
+    if r < 0:
+        sys.exit(f"live-access: bpf({cmd}): {ctypes.get_errno()}")
+    return r
+fd = bpf(MAP_GET_FD_BY_ID, (ctypes.c_uint32 * 4)(mem["id"]))
+value = ctypes.create_string_buffer(mem["bytes_value"])
+for k in range(mem["max_entries"]):
+    key = ctypes.c_uint32(k)
+    attr = (ctypes.c_uint64 * 4)(fd, ctypes.addressof(key), ctypes.addressof(value), 0)
+    bpf(MAP_UPDATE_ELEM, attr)
+PY
+}
 gets() { # seconds
     ip netns exec "$CLI" taskset -c 0 "$BIN/inkbench" run --server 198.18.0.1:11211 --proto udp \
         --get-ratio 1 --keys "$KEYS" --key-size 32 --value-size 32 --popularity zipf:0.99 \
@@ -78,6 +106,7 @@ for round in $(seq "$ROUNDS"); do
         ip -n "$SRV" link set dev "$SIF" xdp obj "$OUT/$v.o" program live_access
         napi_thread "$SRV" "$SIF" 1 # a new program on a veth: a new NAPI thread
         pid=$(prog_id)
+        case $v in *-direct) fill_direct "$pid" ;; esac
         gets 1 # the map's pages touched once, the threads settled
         a=$(prog_run "$pid")
         gets "$SECS"
