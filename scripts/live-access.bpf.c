@@ -7,6 +7,8 @@
  *   MODE_FIXED: K reads, the same lines on every packet, STRIDE bytes apart (4096: K pages, 64:
  *     K lines of few pages); with DEP each read's address depends on the one before.
  *   MODE_PICK: one read of one of N lines, STRIDE bytes apart, drawn at random for each packet.
+ *   MODE_CODE: no reads, but CODE_KB KiB of straight-line code run on every packet (64-bit
+ *     constant moves, 10 bytes each once JITed): what code the core must fetch costs live.
  *   MODE_KEY: the get's key (32 bytes after "get ") hashed, then the kernel cache's reads at the
  *     key's places: a set line in the first half of SPAN bytes and a hot slot's two lines in the
  *     second half, in parallel (bpf/table.h's lookup); with BUCKET, the set line and its own
@@ -16,7 +18,11 @@
  * With DIRECT, the same reads go to memory in the kernel's direct map instead of vmalloc's 4 KiB
  * pages: the 1 MiB segments are the values of a hash map without preallocation, each allocated
  * on its own by kmalloc when user space inserts it (the script does, after each attach), and so
- * mapped by the direct map's large pages; an array map's values are vmalloc'ed. */
+ * mapped by the direct map's large pages; an array map's values are vmalloc'ed.
+ *
+ * With MOVE=G, the frame is then grown by G bytes at the head and shrunk by G at the tail, and
+ * its first 128 bytes (headers and request) moved to the new front, as a reply built in a veth
+ * frame is written into grown headroom: the same datagram, in other lines. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -105,6 +111,14 @@ static __always_inline __u64 reads(struct udphdr *udp, void *data_end)
 	}
 #elif defined(MODE_PICK)
 	acc = load_at((__u64)(bpf_get_prandom_u32() % N) * STRIDE);
+#elif defined(MODE_CODE)
+#define MOV1 "r1 = 0x1122334455667788 ll\n\t"
+#define MOV8 MOV1 MOV1 MOV1 MOV1 MOV1 MOV1 MOV1 MOV1
+#define MOV64 MOV8 MOV8 MOV8 MOV8 MOV8 MOV8 MOV8 MOV8
+#define MOV102 MOV64 MOV8 MOV8 MOV8 MOV8 MOV8 MOV1 MOV1 MOV1 MOV1 MOV1 MOV1 /* ~1 KiB JITed */
+#pragma unroll
+	for (int i = 0; i < CODE_KB; i++)
+		asm volatile(MOV102 ::: "r1");
 #elif defined(MODE_KEY)
 	__u64 *k = (void *)(udp + 1) + 12; /* the frame header's 8 bytes, "get " */
 	__u64 h = 0x9E3779B97F4A7C15ULL;
@@ -133,6 +147,29 @@ static __always_inline __u64 reads(struct udphdr *udp, void *data_end)
 	return acc;
 }
 
+#ifdef MOVE
+/* The frame's first 128 bytes (fewer if it is shorter: 8-byte words) moved MOVE bytes toward
+ * the front, into headroom grown for them, and the tail cut by as much: 0, or -1 on failure. */
+static __always_inline int move_front(struct xdp_md *ctx)
+{
+	void *data, *data_end;
+
+	if (bpf_xdp_adjust_head(ctx, -MOVE))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		__u64 *from = data + MOVE + 8 * i, *to = data + 8 * i;
+
+		if ((void *)(from + 1) > data_end)
+			break;
+		*to = *from;
+	}
+	return bpf_xdp_adjust_tail(ctx, -MOVE);
+}
+#endif
+
 SEC("xdp")
 int live_access(struct xdp_md *ctx)
 {
@@ -152,6 +189,17 @@ int live_access(struct xdp_md *ctx)
 	out = bpf_map_lookup_elem(&sink, &zero);
 	if (out)
 		*out = reads(udp, data_end); /* kept: the reads are made */
+#ifdef MOVE
+	if (move_front(ctx))
+		return XDP_PASS;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	ip = (void *)(eth + 1);
+	udp = (void *)(ip + 1);
+	if ((void *)(udp + 1) > data_end)
+		return XDP_PASS;
+#endif
 	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
