@@ -21,8 +21,9 @@
  * mapped by the direct map's large pages; an array map's values are vmalloc'ed.
  *
  * With MOVE=G, the frame is then grown by G bytes at the head and shrunk by G at the tail, and
- * its first 128 bytes (headers and request) moved to the new front, as a reply built in a veth
- * frame is written into grown headroom: the same datagram, in other lines. */
+ * its first 128 bytes (headers and request) moved to the new front in 8-byte words, as a reply
+ * built in a veth frame is written into grown headroom: the same datagram, in other lines (the
+ * script's gets, 88 bytes with their 32-byte keys, are whole words). */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -148,7 +149,7 @@ static __always_inline __u64 reads(struct udphdr *udp, void *data_end)
 }
 
 #ifdef MOVE
-/* The frame's first 128 bytes (fewer if it is shorter: 8-byte words) moved MOVE bytes toward
+/* The frame's first 128 bytes (its whole 8-byte words, if it is shorter) moved MOVE bytes toward
  * the front, into headroom grown for them, and the tail cut by as much: 0, or -1 on failure. */
 static __always_inline int move_front(struct xdp_md *ctx)
 {
