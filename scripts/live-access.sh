@@ -61,8 +61,8 @@ id=$$
 SRV=la-s$id CLI=la-c$id SIF=las$id CIF=lac$id
 OUT=$(mktemp -d)
 trap 'bpf_stats_release; netns_del "$SRV" "$CLI"; rm -rf "$OUT"' EXIT
-# the echo is built whatever the variants: the client end's program is its live_pass
-for v in echo "$@"; do
+# the echo is built whatever the variants (the client end's program is its live_pass), once
+for v in $(printf '%s\n' echo "$@" | sort -u); do
     # shellcheck disable=SC2086 # the flags are words
     "$CLANG" -O2 -g -target bpf -I/usr/include/x86_64-linux-gnu -I"$INC" ${FLAGS[$v]} \
         -c "$HERE/live-access.bpf.c" -o "$OUT/$v.o"
@@ -80,25 +80,22 @@ prog_run() { # "run_time_ns run_cnt" of program $1
         python3 -c 'import json, sys; p = json.load(sys.stdin); print(p.get("run_time_ns", 0), p.get("run_cnt", 0))'
 }
 fill_direct() { # program $1's hash map "mem" given all its 1 MiB values (a -direct variant's)
-    python3 - "$1" <<'PY'
-import ctypes, json, subprocess, sys
+    python3 - "$1" "$HERE" <<'PY'
+import ctypes, json, struct, subprocess, sys
+sys.path.insert(0, sys.argv[2])
+from bpf_lines import bpf  # the bpf(2) call, failures reported
 def show(*a):
     return json.loads(subprocess.check_output(["bpftool", "-j", *a]))
-mem = [m for m in (show("map", "show", "id", str(i)) for i in show("prog", "show", "id", sys.argv[1])["map_ids"])
-       if m["name"] == "mem"][0]
+ids = show("prog", "show", "id", sys.argv[1])["map_ids"]
+mem = [m for m in (show("map", "show", "id", str(i)) for i in ids) if m["name"] == "mem"][0]
 libc = ctypes.CDLL(None, use_errno=True)
-SYS_BPF, MAP_UPDATE_ELEM, MAP_GET_FD_BY_ID = 321, 2, 14
-def bpf(cmd, attr):
-    r = libc.syscall(SYS_BPF, cmd, ctypes.byref(attr), ctypes.sizeof(attr))
-    if r < 0:
-        sys.exit(f"live-access: bpf({cmd}): {ctypes.get_errno()}")
-    return r
-fd = bpf(MAP_GET_FD_BY_ID, (ctypes.c_uint32 * 4)(mem["id"]))
-value = ctypes.create_string_buffer(mem["bytes_value"])
+MAP_UPDATE_ELEM, MAP_GET_FD_BY_ID = 2, 14
+fd = bpf(libc, MAP_GET_FD_BY_ID, struct.pack("I", mem["id"]))
+key, value = ctypes.c_uint32(), ctypes.create_string_buffer(mem["bytes_value"])
 for k in range(mem["max_entries"]):
-    key = ctypes.c_uint32(k)
-    attr = (ctypes.c_uint64 * 4)(fd, ctypes.addressof(key), ctypes.addressof(value), 0)
-    bpf(MAP_UPDATE_ELEM, attr)
+    key.value = k
+    attr = struct.pack("IIQQQ", fd, 0, ctypes.addressof(key), ctypes.addressof(value), 0)
+    bpf(libc, MAP_UPDATE_ELEM, attr)  # union bpf_attr: map_fd, key, value, flags
 PY
 }
 gets() { # seconds
