@@ -19,7 +19,9 @@
 #   scripts/hit-cost-live.sh [INKCACHE_CLI...]      (default: $BIN/inkcache)
 # Prints one line per measurement: ns per run, and each key after the first of a multi-key get
 # ((cost of the N-key get - cost of the 1-key get) / (N - 1)), then the hits, misses, slot hits and
-# promotions counted during the 1-key gets (inkcache stats; the share of hits a slot served).
+# promotions counted during the 1-key gets (inkcache stats; the share of hits a slot served, or
+# "no hits" where XDP sent none: under `attach --debug-stop-stage 6` the lookups count slot hits
+# and XDP passes every get).
 # Root; about 50 s per CLI and round.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -122,8 +124,8 @@ for round in $(seq "$ROUNDS"); do
             "each key after the first $(((many - one) / (MULTIGET - 1))) ns;" \
             "1-key gets: $(python3 -c 'import sys
 (h0, m0, s0, p0), (h1, m1, s1, p1) = (map(int, a.split()) for a in sys.argv[1:3])
-print(f"hits {h1 - h0}, misses {m1 - m0}, slot_hits {s1 - s0} ({(s1 - s0) / max(h1 - h0, 1):.1%}),",
-      f"promoted {p1 - p0}")' \
+share = f"{(s1 - s0) / (h1 - h0):.1%}" if h1 > h0 else "no hits"
+print(f"hits {h1 - h0}, misses {m1 - m0}, slot_hits {s1 - s0} ({share}),", f"promoted {p1 - p0}")' \
             "$s0" "$s1")"
         "$ink" --netns "$SRV" detach --iface "$SIF" > /dev/null
     done

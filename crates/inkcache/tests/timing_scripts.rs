@@ -24,12 +24,18 @@ fn bin_dir() -> PathBuf {
 /// Runs scripts/`name` with `env`, its lock in a temporary directory (no other measurement is
 /// waited for or disturbed); its exit and all it printed.
 fn run(name: &str, env: &[(&str, &str)]) -> (bool, String) {
+    run_with(name, env, &[])
+}
+
+/// [`run`] with arguments.
+fn run_with(name: &str, env: &[(&str, &str)], args: &[&str]) -> (bool, String) {
     let tmp = testkit::temp_dir("ink-timing");
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../scripts")
         .join(name);
     let out = Command::new("bash")
         .arg(script)
+        .args(args)
         .env("BIN", bin_dir())
         .env("BENCH_LOCK", tmp.path().join("bench.lock"))
         .envs(env.iter().copied())
@@ -122,6 +128,48 @@ fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
     assert!(ns("1-key get ") > 0 && ns("4-key get ") > 0, "{line}");
     assert_eq!(bpf_stats_sysctl_on(), before, "the sysctl changed");
     assert!(no_holder_left(), "a statistics holder was left running");
+}
+
+/// Under `attach --debug-stop-stage 6` XDP composes every reply and passes the get: its lookups
+/// count slot hits, and it counts no hit. The share of hits a slot served is then none to give
+/// (the script once printed slot hits over one hit: "(84606000.0%)").
+#[test]
+fn hit_cost_live_gives_no_slot_share_where_xdp_sent_no_hit() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = testkit::temp_dir("ink-stage6");
+    let cli = dir.path().join("inkcache-stage6");
+    std::fs::write(
+        &cli,
+        format!(
+            "#!/bin/bash\nargs=(); for a in \"$@\"; do args+=(\"$a\"); \
+             [ \"$a\" = attach ] && args+=(--debug-stop-stage 6); done\n\
+             exec {} \"${{args[@]}}\"\n",
+            bin_dir().join("inkcache").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (ok, text) = run_with(
+        "hit-cost-live.sh",
+        &[
+            ("ROUNDS", "1"),
+            ("SECS", "1"),
+            ("KEYS", "2000"),
+            ("CACHE_MB", "16"),
+            ("MULTIGET", "4"),
+        ],
+        &[cli.to_str().unwrap()],
+    );
+    assert!(ok, "hit-cost-live.sh failed:\n{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains(" round 1: 1-key get "))
+        .unwrap_or_else(|| panic!("no round printed:\n{text}"));
+    assert!(
+        line.contains("1-key gets: hits 0,"),
+        "XDP sent hits: {line}"
+    );
+    assert!(line.contains(" (no hits),"), "{line}");
 }
 
 /// Runs live-access.sh on `variants` and checks that each printed its line.
