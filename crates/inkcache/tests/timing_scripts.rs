@@ -99,11 +99,10 @@ fn tc_path_cost_prints_every_case_and_leaves_the_statistics_off() {
     assert!(no_holder_left(), "a statistics holder was left running");
 }
 
-#[test]
-fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let before = bpf_stats_sysctl_on();
-    let (ok, text) = run(
+/// One short round of hit-cost-live.sh (2,000 keys, 1-key and 4-key gets) on the CLIs `clis`
+/// (none: the built inkcache), which must succeed; the first CLI's round line.
+fn hit_cost_live_round(clis: &[&str]) -> String {
+    let (ok, text) = run_with(
         "hit-cost-live.sh",
         &[
             ("ROUNDS", "1"),
@@ -112,12 +111,20 @@ fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
             ("CACHE_MB", "16"),
             ("MULTIGET", "4"),
         ],
+        clis,
     );
     assert!(ok, "hit-cost-live.sh failed:\n{text}");
-    let line = text
-        .lines()
+    text.lines()
         .find(|l| l.contains(" round 1: 1-key get "))
-        .unwrap_or_else(|| panic!("no round printed:\n{text}"));
+        .unwrap_or_else(|| panic!("no round printed:\n{text}"))
+        .to_string()
+}
+
+#[test]
+fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let before = bpf_stats_sysctl_on();
+    let line = hit_cost_live_round(&[]);
     let ns = |what: &str| -> u64 {
         let at = line
             .find(what)
@@ -149,22 +156,7 @@ fn hit_cost_live_gives_no_slot_share_where_xdp_sent_no_hit() {
     )
     .unwrap();
     std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let (ok, text) = run_with(
-        "hit-cost-live.sh",
-        &[
-            ("ROUNDS", "1"),
-            ("SECS", "1"),
-            ("KEYS", "2000"),
-            ("CACHE_MB", "16"),
-            ("MULTIGET", "4"),
-        ],
-        &[cli.to_str().unwrap()],
-    );
-    assert!(ok, "hit-cost-live.sh failed:\n{text}");
-    let line = text
-        .lines()
-        .find(|l| l.contains(" round 1: 1-key get "))
-        .unwrap_or_else(|| panic!("no round printed:\n{text}"));
+    let line = hit_cost_live_round(&[cli.to_str().unwrap()]);
     assert!(
         line.contains("1-key gets: hits 0,"),
         "XDP sent hits: {line}"
