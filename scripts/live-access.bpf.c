@@ -23,7 +23,9 @@
  * With MOVE=G, the frame is then grown by G bytes at the head and shrunk by G at the tail, and
  * its first 128 bytes (headers and request) moved to the new front in 8-byte words, as a reply
  * built in a veth frame is written into grown headroom: the same datagram, in other lines (the
- * script's gets, 88 bytes with their 32-byte keys, are whole words). */
+ * script's gets, 88 bytes with their 32-byte keys, are whole words). With EARLY too, the move is
+ * made before the reads (the new front's line then waits on memory with them). With HELPERS=G,
+ * the head is grown by G bytes and given back, two helper calls and no byte moved. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -187,11 +189,35 @@ int live_access(struct xdp_md *ctx)
 	if ((void *)(udp + 1) + 8 > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
 	    ip->ihl != 5 || ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(11211))
 		return XDP_PASS;
+#if defined(MOVE) && defined(EARLY)
+	if (move_front(ctx))
+		return XDP_PASS;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	ip = (void *)(eth + 1);
+	udp = (void *)(ip + 1);
+	if ((void *)(udp + 1) + 8 > data_end)
+		return XDP_PASS;
+#endif
 	out = bpf_map_lookup_elem(&sink, &zero);
 	if (out)
 		*out = reads(udp, data_end); /* kept: the reads are made */
-#ifdef MOVE
+#if defined(MOVE) && !defined(EARLY)
 	if (move_front(ctx))
+		return XDP_PASS;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	ip = (void *)(eth + 1);
+	udp = (void *)(ip + 1);
+	if ((void *)(udp + 1) > data_end)
+		return XDP_PASS;
+#endif
+#ifdef HELPERS
+	/* the two calls of a move (the head grown by HELPERS bytes and given back), no byte of
+	 * the frame touched */
+	if (bpf_xdp_adjust_head(ctx, -HELPERS) || bpf_xdp_adjust_head(ctx, HELPERS))
 		return XDP_PASS;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;

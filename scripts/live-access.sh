@@ -12,7 +12,9 @@
 # A -direct variant makes the same reads in memory of the kernel's direct map (kmalloc'ed hash
 # values, filled by this script) instead of an array map's vmalloc'ed 4 KiB pages.
 # A -moved variant then moves the datagram into 48 bytes of grown headroom, as a reply built in
-# a veth frame is written there. A code- variant runs that much straight-line code, no reads.
+# a veth frame is written there; -moved-early moves it before the reads, so that the new front's
+# line waits on memory with them; echo-head-calls makes a move's two helper calls and moves
+# nothing. A code- variant runs that much straight-line code, no reads.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-target/release}
@@ -42,11 +44,14 @@ declare -A FLAGS=(
     [code-16kb]="-DMODE_CODE -DCODE_KB=16"
     [echo-moved]="-DMODE_FIXED -DK=0 -DMOVE=48"
     [key-24mb-moved]="-DMODE_KEY -DSPAN=(24u<<20) -DMOVE=48"
+    [key-24mb-moved-early]="-DMODE_KEY -DSPAN=(24u<<20) -DMOVE=48 -DEARLY"
+    [echo-head-calls]="-DMODE_FIXED -DK=0 -DHELPERS=48"
 )
 ORDER=(echo fixed-16-pages fixed-32-pages fixed-32-lines chain-32-pages pick-of-100-lines
     pick-of-100-pages pick-of-1000-pages pick-of-10000-pages key-24mb key-12mb key-bucket-36mb
     key-compact-512kb key-compact-128kb pick-of-10000-pages-direct key-24mb-direct
-    key-bucket-36mb-direct echo-moved key-24mb-moved code-4kb code-16kb)
+    key-bucket-36mb-direct echo-moved key-24mb-moved key-24mb-moved-early echo-head-calls code-4kb
+    code-16kb)
 # shellcheck disable=SC2086 # VARIANTS is a list of words
 [ $# -gt 0 ] || set -- ${VARIANTS:-${ORDER[*]}}
 for v in "$@"; do
