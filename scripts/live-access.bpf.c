@@ -173,58 +173,49 @@ static __always_inline int move_front(struct xdp_md *ctx)
 }
 #endif
 
+/* The frame's pointers taken (again, after a helper moved its bounds): 1 if fewer than `extra`
+ * bytes follow the UDP header. */
+#define FRAME(extra)                                                                   \
+	({                                                                             \
+		data = (void *)(long)ctx->data;                                        \
+		data_end = (void *)(long)ctx->data_end;                                \
+		eth = data;                                                            \
+		ip = (void *)(eth + 1);                                                \
+		udp = (void *)(ip + 1);                                                \
+		(void *)(udp + 1) + (extra) > data_end;                                \
+	})
+
 SEC("xdp")
 int live_access(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip = (void *)(eth + 1);
-	struct udphdr *udp = (void *)(ip + 1);
+	void *data, *data_end;
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	struct udphdr *udp;
 	__u32 zero = 0;
 	__u64 *out;
 	__u8 mac[ETH_ALEN];
 	__be32 a;
 	__u16 p;
 
-	if ((void *)(udp + 1) + 8 > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
-	    ip->ihl != 5 || ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(11211))
+	if (FRAME(8) || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl != 5 ||
+	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(11211))
 		return XDP_PASS;
 #if defined(MOVE) && defined(EARLY)
-	if (move_front(ctx))
-		return XDP_PASS;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	eth = data;
-	ip = (void *)(eth + 1);
-	udp = (void *)(ip + 1);
-	if ((void *)(udp + 1) + 8 > data_end)
+	if (move_front(ctx) || FRAME(8)) /* the reads take the key after the UDP header */
 		return XDP_PASS;
 #endif
 	out = bpf_map_lookup_elem(&sink, &zero);
 	if (out)
 		*out = reads(udp, data_end); /* kept: the reads are made */
 #if defined(MOVE) && !defined(EARLY)
-	if (move_front(ctx))
-		return XDP_PASS;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	eth = data;
-	ip = (void *)(eth + 1);
-	udp = (void *)(ip + 1);
-	if ((void *)(udp + 1) > data_end)
+	if (move_front(ctx) || FRAME(0))
 		return XDP_PASS;
 #endif
 #ifdef HELPERS
 	/* the two calls of a move (the head grown by HELPERS bytes and given back), no byte of
 	 * the frame touched */
-	if (bpf_xdp_adjust_head(ctx, -HELPERS) || bpf_xdp_adjust_head(ctx, HELPERS))
-		return XDP_PASS;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	eth = data;
-	ip = (void *)(eth + 1);
-	udp = (void *)(ip + 1);
-	if ((void *)(udp + 1) > data_end)
+	if (bpf_xdp_adjust_head(ctx, -HELPERS) || bpf_xdp_adjust_head(ctx, HELPERS) || FRAME(0))
 		return XDP_PASS;
 #endif
 	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
