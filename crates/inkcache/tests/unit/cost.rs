@@ -3,9 +3,12 @@
 //! `cargo test --release -p inkcache --test bpf_unit hit_cost -- --ignored --nocapture --test-threads 1`.
 //! Each stage is measured on programs loaded to pass a get right after it (config.h's
 //! stop_stage; production loads 0, which the verifier prunes), one 32-byte key with a 32-byte
-//! value, BPF_PROG_TEST_RUN with a fresh frame per run (the program rewrites it into its reply),
-//! the mean of 20,000 runs, best of 5. The kernel's timing of one run includes a clock read.
-//! `hit_cost_by_stage_zipf` does the same over issue 11's key space (100,000 keys, Zipf 0.99),
+//! value, BPF_PROG_TEST_RUN with a fresh frame per run (the program rewrites it into its reply).
+//! The stages' programs are all loaded first and take turns, 40 rounds of 2,000 runs each
+//! ([`rows_in_turns`]): a stage's cost is its difference from the stage before in the same round,
+//! whatever the host's speed did over the sitting. The kernel's timing of one run includes a
+//! clock read. `hit_cost_by_stage_zipf` does the same over issue 11's key space (100,000 keys,
+//! Zipf 0.99, 5 rounds),
 //! and `multiget_key_cost` measures what each key of a 10-key get adds (hot keys; over the Zipf key
 //! space: `multiget_key_cost_zipf`). `COST_ROUNDS=N` runs N rounds instead (long enough for
 //! `scripts/bpf-profile.sh` to sample the program while it runs). `COST_LOCKSTEP` and
@@ -121,6 +124,47 @@ fn stats_warning() {
     });
 }
 
+/// Runs `prog` on `frames`, each `runs_each` times: the mean ns per run and how many runs
+/// returned XDP_TX. With `want`, asserts every run returned it (`ctx` says what the state was).
+/// `before` is called before each run, outside its timing (the kernel's).
+fn round_mean(
+    prog: &libbpf_rs::ProgramMut,
+    frames: &[&[u8]],
+    runs_each: u32,
+    want: Option<u32>,
+    ctx: &dyn Fn() -> String,
+    before: Option<&dyn Fn()>,
+) -> (u128, usize) {
+    let (mut total, mut tx) = (0u128, 0);
+    for frame in frames {
+        for _ in 0..runs_each {
+            if let Some(before) = before {
+                before();
+            }
+            let input = libbpf_rs::ProgramInput {
+                data_in: Some(frame),
+                repeat: 1,
+                ..Default::default()
+            };
+            let o = prog.test_run(input).unwrap();
+            if let Some(want) = want {
+                assert_eq!(o.return_value, want, "{}", ctx());
+            }
+            tx += usize::from(o.return_value == XDP_TX);
+            total += o.duration.as_nanos();
+        }
+    }
+    (total / (frames.len() as u128 * u128::from(runs_each)), tx)
+}
+
+/// `rounds`, or `COST_ROUNDS` if set.
+fn cost_rounds(rounds: u32) -> u32 {
+    std::env::var("COST_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(rounds)
+}
+
 /// Times `prog` on `frames`, each run `runs_each` times a round: the mean ns per run of the best
 /// of `rounds` rounds (`COST_ROUNDS` if set), and how many runs of the last round returned
 /// XDP_TX. With `want`, asserts every run returned it (`ctx` says what the state was). `before`
@@ -136,40 +180,89 @@ fn time_runs(
 ) -> (u128, usize) {
     let mut best = u128::MAX;
     let mut tx = 0;
-    let rounds = std::env::var("COST_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(rounds);
     let mut step = Lockstep::get();
     stats_warning();
-    for round in 0..rounds {
-        let mut total = 0u128;
-        tx = 0;
+    for round in 0..cost_rounds(rounds) {
         step.wait();
-        for frame in frames {
-            for _ in 0..runs_each {
-                if let Some(before) = before {
-                    before();
-                }
-                let input = libbpf_rs::ProgramInput {
-                    data_in: Some(frame),
-                    repeat: 1,
-                    ..Default::default()
-                };
-                let o = prog.test_run(input).unwrap();
-                if let Some(want) = want {
-                    assert_eq!(o.return_value, want, "{}", ctx());
-                }
-                tx += usize::from(o.return_value == XDP_TX);
-                total += o.duration.as_nanos();
-            }
-        }
-        let mean = total / (frames.len() as u128 * u128::from(runs_each));
+        let (mean, t) = round_mean(prog, frames, runs_each, want, ctx, before);
+        tx = t;
         step.done(round, mean);
         best = best.min(mean);
     }
     step.calls += 1;
     (best, tx)
+}
+
+/// One row of a stage table: a program, the frames it runs, the action each must return.
+struct StageRow<'a> {
+    name: String,
+    prog: &'a libbpf_rs::ProgramMut<'a>,
+    frames: Vec<&'a [u8]>,
+    want: Option<u32>,
+}
+
+/// The rows measured in turns: `rounds` rounds (`COST_ROUNDS` if set), each timing every row once
+/// (`runs_each` runs of each of its frames), the rows' order rotated from one round to the next.
+/// The host's speed drifts within a sitting (docs/results/hitcost.md, twenty-ninth and
+/// thirty-ninth runs: a later stage measured cheaper than an earlier one when each was measured
+/// in a stretch of its own); in turns, a drift moves every row alike, and a stage's cost is the
+/// difference of two rows in the same round. Returns each row's round means.
+fn rows_in_turns(rows: &[StageRow], runs_each: u32, rounds: u32) -> Vec<Vec<u128>> {
+    stats_warning();
+    let mut means = vec![Vec::new(); rows.len()];
+    for round in 0..cost_rounds(rounds) as usize {
+        for k in 0..rows.len() {
+            let i = (k + round) % rows.len();
+            let r = &rows[i];
+            let ctx = || format!("{}: the action of every run", r.name);
+            means[i].push(round_mean(r.prog, &r.frames, runs_each, r.want, &ctx, None).0);
+        }
+    }
+    means
+}
+
+/// The `q`-quantile (0..=1) of `v`, by rank.
+fn quantile<T: Copy + Ord>(v: &[T], q: f64) -> T {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    s[((s.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Prints [`rows_in_turns`]' means as a table: each row's median and best round, and what it adds
+/// to the row before it, from the two rows' differences round by round (median, quartiles, and in
+/// how many rounds it came out cheaper than the row before: a stage cannot cost less than none,
+/// so many such rounds say the host moved faster than the rows took turns).
+fn print_rows_in_turns(rows: &[StageRow], means: &[Vec<u128>]) {
+    let n = means[0].len();
+    println!(
+        "{n} rounds, the rows in turns; a row's cost over the one before from their difference in \
+         each round"
+    );
+    println!(
+        "| stage | median ns | best ns | this stage ns, median | quartiles | rounds below 0 |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let m = &means[i];
+        let (med, best) = (quantile(m, 0.5), *m.iter().min().unwrap());
+        if i == 0 {
+            println!("| {} | {med} | {best} | | | |", r.name);
+            continue;
+        }
+        let d: Vec<i128> = m
+            .iter()
+            .zip(&means[i - 1])
+            .map(|(&a, &b)| a as i128 - b as i128)
+            .collect();
+        println!(
+            "| {} | {med} | {best} | {} | {}..{} | {} of {n} |",
+            r.name,
+            quantile(&d, 0.5),
+            quantile(&d, 0.25),
+            quantile(&d, 0.75),
+            d.iter().filter(|&&x| x < 0).count()
+        );
+    }
 }
 
 /// Mean ns per run of `frames` through XDP, each run once a round, best of `rounds`; returns it
@@ -282,20 +375,26 @@ fn stage_hit(i: usize, fl: &Flow) -> (Fx, Vec<u8>, u32) {
 #[ignore = "a measurement, run by hand"]
 fn hit_cost_by_stage() {
     let fl = Flow::v4();
-    let mut prev = 0u128;
-    println!("| stage | cumulative ns | this stage ns |\n| --- | ---: | ---: |");
-    let pass = {
-        let f = Fx::load(0);
-        // a packet for no server port: the cost of parsing and passing
-        ns_per_run(&f, &fl.clone().sport(9).udp(7, b"x"), XDP_PASS)
-    };
-    println!("| not for the cache (other port) | {pass} | |");
-    for (i, name) in STAGES.iter().enumerate() {
-        let (f, get, want) = stage_hit(i, &fl);
-        let ns = ns_per_run(&f, &get, want);
-        println!("| {name} | {ns} | {} |", ns as i128 - prev as i128);
-        prev = ns;
+    // a packet for no server port: the cost of parsing and passing
+    let (pass, other) = (Fx::load(0), fl.clone().sport(9).udp(7, b"x"));
+    let staged: Vec<(Fx, Vec<u8>, u32)> = (0..STAGES.len()).map(|i| stage_hit(i, &fl)).collect();
+    let mut rows = vec![StageRow {
+        name: "not for the cache (other port)".into(),
+        prog: &pass.l.xdp.progs.inkcache_xdp,
+        frames: vec![&other],
+        want: Some(XDP_PASS),
+    }];
+    for (name, (f, get, want)) in STAGES.iter().zip(&staged) {
+        rows.push(StageRow {
+            name: name.to_string(),
+            prog: &f.l.xdp.progs.inkcache_xdp,
+            frames: vec![get],
+            want: Some(*want),
+        });
     }
+    println!("one 32-byte key, 32-byte value, 2000 runs a row a round");
+    let means = rows_in_turns(&rows, 2_000, 40);
+    print_rows_in_turns(&rows, &means);
 }
 
 /// The key of rank `i` in the Zipf measurements: 32 bytes, as in issue 11's workload.
@@ -350,31 +449,47 @@ fn hit_cost_by_stage_zipf() {
             fl.udp(i, format!("get {key}\r\n").as_bytes())
         })
         .collect();
+    let staged: Vec<(Fx, String)> = (0..STAGES.len())
+        .map(|i| {
+            let stage = stop_stage(i);
+            let f = Fx::load_sized(stage, 64);
+            let mut note = String::new();
+            if stage == 0 || stage == 6 {
+                let took = fill_keys(&f, &fl, keys);
+                note = format!(" ({took} of {keys} keys cached)");
+            }
+            (f, note)
+        })
+        .collect();
+    let rows: Vec<StageRow> = STAGES
+        .iter()
+        .zip(&staged)
+        .map(|(name, (f, note))| StageRow {
+            name: format!("{name}{note}"),
+            prog: &f.l.xdp.progs.inkcache_xdp,
+            frames: frames.iter().map(Vec::as_slice).collect(),
+            want: None,
+        })
+        .collect();
     println!(
-        "{keys} keys of 32 bytes, 32-byte values, {} gets drawn Zipf 0.99, best of 3 rounds",
+        "{keys} keys of 32 bytes, 32-byte values, {} gets drawn Zipf 0.99, each run once a row a \
+         round",
         frames.len()
     );
-    println!("| stage | cumulative ns | this stage ns |\n| --- | ---: | ---: |");
-    let mut prev = 0u128;
-    for (i, name) in STAGES.iter().enumerate() {
-        let stage = stop_stage(i);
-        let f = Fx::load_sized(stage, 64);
-        let mut note = String::new();
-        if stage == 0 || stage == 6 {
-            let took = fill_keys(&f, &fl, keys);
-            note = format!(" ({took} of {keys} keys cached)");
-        }
-        let (ns, tx) = ns_per_frame(&f, &frames, 3);
-        if stage == 0 {
-            note += &format!(
-                ", {:.1}% answered, {:.1}% from the hot slot",
-                100.0 * tx as f64 / frames.len() as f64,
-                100.0 * slot_share(&f, &frames)
-            );
-        }
-        println!("| {name}{note} | {ns} | {} |", ns as i128 - prev as i128);
-        prev = ns;
-    }
+    let means = rows_in_turns(&rows, 1, 5);
+    print_rows_in_turns(&rows, &means);
+    // one more pass of the whole hit: how many were answered, how many from a hot slot
+    let whole = &staged[STAGES.len() - 1].0;
+    let tx = frames
+        .iter()
+        .filter(|fr| whole.xdp(fr).action == XDP_TX)
+        .count();
+    let slots = slot_share(whole, &frames);
+    println!(
+        "the whole hit: {:.1}% answered, {:.1}% from the hot slot (one more pass each)",
+        100.0 * tx as f64 / frames.len() as f64,
+        100.0 * slots
+    );
 }
 
 #[test]
