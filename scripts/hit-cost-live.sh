@@ -15,14 +15,18 @@
 # keeps CPU1 from idling between packets (a SCHED_IDLE busy loop there, which the NAPI thread
 # preempts at once), as a loaded server core does not idle: where idling evicts the caches (a
 # VM's halt, deep C-states), a hit costs less so (docs/results/hitcost.md, ninth run). BUSY=yield
-# does it with a loop of sched_yield, as `inklab paper --server-awake` does (seventeenth run). Usage:
+# does it with a loop of sched_yield, as `inklab paper --server-awake` does (seventeenth run).
+# STAGES (e.g. "2 3 5 6 0") measures each inkcache CLI once per stage a round, attached with
+# `--debug-stop-stage N` (bpf/inkcache_xdp.bpf.c: XDP passes every get after stage N, and
+# memcached answers it; 0: the whole hit): the hit's stages live (docs/results/hitcost.md,
+# fortieth run). Only for CLIs that take that option. Usage:
 #   scripts/hit-cost-live.sh [INKCACHE_CLI...]      (default: $BIN/inkcache)
 # Prints one line per measurement: ns per run, and each key after the first of a multi-key get
 # ((cost of the N-key get - cost of the 1-key get) / (N - 1)), then the hits, misses, slot hits and
 # promotions counted during the 1-key gets (inkcache stats; the share of hits a slot served, or
 # "no hits" where XDP sent none: under `attach --debug-stop-stage 6` the lookups count slot hits
 # and XDP passes every get).
-# Root; about 50 s per CLI and round.
+# Root; about 50 s per CLI (and stage) and round.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-target/release}
@@ -111,15 +115,21 @@ ip netns exec "$CLI" "$BIN/inkbench" run --server 198.18.0.1:11211 --proto tcp -
     --json > /dev/null
 bpf_stats_hold
 for round in $(seq "$ROUNDS"); do
-    for ink in "$@"; do
-        "$ink" --netns "$SRV" attach --iface "$SIF" --port 11211 --cache-mb "$CACHE_MB" > /dev/null
+    for ink in "$@"; do for stage in ${STAGES:-none}; do
+        label=$ink stage_opt=()
+        if [ "$stage" != none ]; then
+            stage_opt=(--debug-stop-stage "$stage")
+            label="$ink stage $stage"
+        fi
+        "$ink" --netns "$SRV" attach "${stage_opt[@]}" --iface "$SIF" --port 11211 \
+            --cache-mb "$CACHE_MB" > /dev/null
         threaded_napi
         [ "${CLIENT_NAPI:-0}" = 0 ] || client_napi
         s0=$(learn "$ink")
         read -r one hr1 < <(gets one 1 zipf:0.99 "$SECS")
         s1=$(counters "$ink")
         read -r many hrn < <(gets many "$MULTIGET" zipf:0.99 "$SECS")
-        echo "$ink round $round: 1-key get $one ns (hit ratio $hr1)," \
+        echo "$label round $round: 1-key get $one ns (hit ratio $hr1)," \
             "$MULTIGET-key get $many ns (hit ratio $hrn)," \
             "each key after the first $(((many - one) / (MULTIGET - 1))) ns;" \
             "1-key gets: $(python3 -c 'import sys
@@ -128,5 +138,5 @@ share = f"{(s1 - s0) / (h1 - h0):.1%}" if h1 > h0 else "no hits"
 print(f"hits {h1 - h0}, misses {m1 - m0}, slot_hits {s1 - s0} ({share}),", f"promoted {p1 - p0}")' \
             "$s0" "$s1")"
         "$ink" --netns "$SRV" detach --iface "$SIF" > /dev/null
-    done
+    done; done
 done

@@ -99,20 +99,18 @@ fn tc_path_cost_prints_every_case_and_leaves_the_statistics_off() {
     assert!(no_holder_left(), "a statistics holder was left running");
 }
 
-/// One short round of hit-cost-live.sh (2,000 keys, 1-key and 4-key gets) on the CLIs `clis`
-/// (none: the built inkcache), which must succeed; the first CLI's round line.
-fn hit_cost_live_round(clis: &[&str]) -> String {
-    let (ok, text) = run_with(
-        "hit-cost-live.sh",
-        &[
-            ("ROUNDS", "1"),
-            ("SECS", "1"),
-            ("KEYS", "2000"),
-            ("CACHE_MB", "16"),
-            ("MULTIGET", "4"),
-        ],
-        clis,
-    );
+/// One short round of hit-cost-live.sh (2,000 keys, 1-key and 4-key gets) on the built inkcache,
+/// with `stages` (hit-cost-live.sh's STAGES, if any), which must succeed; the first round line.
+fn hit_cost_live_round(stages: Option<&str>) -> String {
+    let mut env = vec![
+        ("ROUNDS", "1"),
+        ("SECS", "1"),
+        ("KEYS", "2000"),
+        ("CACHE_MB", "16"),
+        ("MULTIGET", "4"),
+    ];
+    env.extend(stages.map(|s| ("STAGES", s)));
+    let (ok, text) = run_with("hit-cost-live.sh", &env, &[]);
     assert!(ok, "hit-cost-live.sh failed:\n{text}");
     text.lines()
         .find(|l| l.contains(" round 1: 1-key get "))
@@ -124,7 +122,7 @@ fn hit_cost_live_round(clis: &[&str]) -> String {
 fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let before = bpf_stats_sysctl_on();
-    let line = hit_cost_live_round(&[]);
+    let line = hit_cost_live_round(None);
     let ns = |what: &str| -> u64 {
         let at = line
             .find(what)
@@ -139,24 +137,13 @@ fn hit_cost_live_prints_both_gets_and_leaves_the_statistics_off() {
 
 /// Under `attach --debug-stop-stage 6` XDP composes every reply and passes the get: its lookups
 /// count slot hits, and it counts no hit. The share of hits a slot served is then none to give
-/// (the script once printed slot hits over one hit: "(84606000.0%)").
+/// (the script once printed slot hits over one hit: "(84606000.0%)"). STAGES attaches so, and
+/// says which stage each line is.
 #[test]
 fn hit_cost_live_gives_no_slot_share_where_xdp_sent_no_hit() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = testkit::temp_dir("ink-stage6");
-    let cli = dir.path().join("inkcache-stage6");
-    std::fs::write(
-        &cli,
-        format!(
-            "#!/bin/bash\nargs=(); for a in \"$@\"; do args+=(\"$a\"); \
-             [ \"$a\" = attach ] && args+=(--debug-stop-stage 6); done\n\
-             exec {} \"${{args[@]}}\"\n",
-            bin_dir().join("inkcache").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let line = hit_cost_live_round(&[cli.to_str().unwrap()]);
+    let line = hit_cost_live_round(Some("6"));
+    assert!(line.contains(" stage 6 round 1: "), "{line}");
     assert!(
         line.contains("1-key gets: hits 0,"),
         "XDP sent hits: {line}"
