@@ -8,6 +8,7 @@ pub mod packet;
 
 mod binary;
 mod cost;
+mod cost_timing;
 mod gets;
 mod host;
 mod hostile;
