@@ -35,6 +35,8 @@ declare -A FLAGS=(
     [key-24mb]="-DMODE_KEY -DSPAN=(24u<<20)"
     [key-12mb]="-DMODE_KEY -DSPAN=(12u<<20)"
     [key-bucket-36mb]="-DMODE_KEY -DBUCKET -DSPAN=(36u<<20)"
+    [key-compact-2mb]="-DMODE_KEY -DCOMPACT=(2048u<<10)"
+    [key-compact-1mb]="-DMODE_KEY -DCOMPACT=(1024u<<10)"
     [key-compact-512kb]="-DMODE_KEY -DCOMPACT=(512u<<10)"
     [key-compact-128kb]="-DMODE_KEY -DCOMPACT=(128u<<10)"
     [pick-of-10000-pages-direct]="-DMODE_PICK -DN=10000 -DDIRECT"
@@ -49,9 +51,9 @@ declare -A FLAGS=(
 )
 ORDER=(echo fixed-16-pages fixed-32-pages fixed-32-lines chain-32-pages pick-of-100-lines
     pick-of-100-pages pick-of-1000-pages pick-of-10000-pages key-24mb key-12mb key-bucket-36mb
-    key-compact-512kb key-compact-128kb pick-of-10000-pages-direct key-24mb-direct
-    key-bucket-36mb-direct echo-moved key-24mb-moved key-24mb-moved-early echo-head-calls code-4kb
-    code-16kb)
+    key-compact-2mb key-compact-1mb key-compact-512kb key-compact-128kb pick-of-10000-pages-direct
+    key-24mb-direct key-bucket-36mb-direct echo-moved key-24mb-moved key-24mb-moved-early
+    echo-head-calls code-4kb code-16kb)
 # shellcheck disable=SC2086 # VARIANTS is a list of words
 [ $# -gt 0 ] || set -- ${VARIANTS:-${ORDER[*]}}
 for v in "$@"; do

@@ -187,13 +187,14 @@ fn live_access_prints_each_variant_and_leaves_the_statistics_off() {
     live_access_prints(&["echo", "fixed-16-pages", "pick-of-100-pages", "key-24mb"]);
     // without the echo among them (the client end's program is the echo object's); a -direct
     // variant, whose hash map the script fills after each attach; the frame moved (after the
-    // reads, before them, or only its helper calls made), and code run
+    // reads, before them, or only its helper calls made), code run, and a compact table's line
     live_access_prints(&[
         "key-24mb-direct",
         "echo-moved",
         "key-24mb-moved-early",
         "echo-head-calls",
         "code-4kb",
+        "key-compact-2mb",
     ]);
     assert_eq!(bpf_stats_sysctl_on(), before, "the sysctl changed");
     assert!(no_holder_left(), "a statistics holder was left running");
