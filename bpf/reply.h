@@ -128,8 +128,9 @@ struct hits_walk {
 	__u32 n, want_cas, limit, out;
 };
 
-/* One key of a split multi-key get (a bpf_loop callback: hit or miss, the verifier checks it
- * once). */
+/* One key of a split multi-key get (a bpf_loop callback: hit or miss). The verifier walks a
+ * callback again until its state repeats, so what changes from pass to pass (the misses'
+ * count) is kept in map memory, not in the walk on the stack. */
 static long hits_step(__u32 k, void *ctx)
 {
 	struct hits_walk *w = ctx;
