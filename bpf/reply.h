@@ -128,9 +128,8 @@ struct hits_walk {
 	__u32 n, want_cas, limit, out;
 };
 
-/* One key of a split multi-key get (a bpf_loop callback: hit or miss). The verifier walks a
- * callback again until its state repeats, so what changes from pass to pass (the misses'
- * count) is kept in map memory, not in the walk on the stack. */
+/* One key of a split multi-key get (a bpf_loop callback: hit or miss). The misses' count is
+ * scratch.nmiss, not a field of the walk (scratch.h says why). */
 static long hits_step(__u32 k, void *ctx)
 {
 	struct hits_walk *w = ctx;
@@ -148,10 +147,6 @@ static long hits_step(__u32 k, void *ctx)
 		w->out += r;
 		return 0;
 	}
-	/* the count of misses lives in map memory, whose values the verifier does not follow: on
-	 * the stack it is a constant that differs on each pass, and the verifier, which walks a
-	 * callback until its state repeats, then never converges (refused as too large by 6.18
-	 * builds whose verifier checks loops by their strongly connected components) */
 	r = s->nmiss;
 	barrier_var(r);
 	s->miss[r & 31] = k;

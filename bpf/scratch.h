@@ -7,7 +7,10 @@
  * so state that a walk carries across global functions and bpf_loop callbacks lives here, in named
  * fields documented in struct scratch (scratch.ws: the stream being walked; scratch.fa: the item
  * table_fill installs; scratch.lk: what table_lookup found; scratch.mg: the meta get being
- * answered; koff/klen: the keys of a get). Everything else is passed as arguments. */
+ * answered; koff/klen: the keys of a get). Everything else is passed as arguments. A bpf_loop
+ * callback's counters live here too: the verifier walks a callback again until its state
+ * repeats, and a count kept on the stack that indexes an array is a constant that differs on
+ * every pass, so it never does (6.18.44-fc-v1252 refused inkcache_tc_ingress so: 84ff48c). */
 #ifndef INKCACHE_SCRATCH_H
 #define INKCACHE_SCRATCH_H
 
@@ -117,7 +120,7 @@ struct scratch {
 		__s32 keys;            /* the keys of its get, as handle_get found them */
 		__u32 cas;             /* and whether it is a `gets` */
 	} rq;
-	__u32 nmiss;
+	__u32 nmiss;                 /* how many: hits_step counts them here, pass by pass */
 	__u32 miss_end;              /* the get for them being written: its end so far */
 	struct fill_args fa;
 	struct walk_state ws;
